@@ -1,0 +1,86 @@
+"""The health endpoint and page, against the real broker, a real worker and a real Ray head."""
+
+import pytest
+from django.urls import reverse
+
+from webapp.testing.services import free_port
+
+
+@pytest.fixture
+def ray_at(settings, live_ray_head):
+    settings.RAY_ADDRESS = live_ray_head
+    return live_ray_head
+
+
+@pytest.mark.django_db(transaction=True, serialized_rollback=True)
+def test_everything_is_green_with_the_services_up(client, live_celery_worker, ray_at):
+    response = client.get(reverse("healthz"))
+    body = response.json()
+    assert response.status_code == 200, body
+    assert body["ok"] is True
+    assert set(body["checks"]) == {"database", "broker", "workers", "ray", "storage"}
+    assert "all migrations applied" in body["checks"]["database"]["message"]
+    assert "worker(s) answering" in body["checks"]["workers"]["message"]
+    assert body["checks"]["ray"]["message"].startswith("Ray 2.")
+
+
+@pytest.mark.django_db
+def test_a_broker_on_a_closed_port_is_red_with_the_reason(client, settings):
+    settings.CELERY_BROKER_URL = f"redis://127.0.0.1:{free_port()}/0"
+    settings.HEALTH_TIMEOUT_SECONDS = 1
+    response = client.get(reverse("healthz"))
+    assert response.status_code == 503
+    checks = response.json()["checks"]
+    assert checks["broker"]["ok"] is False
+    assert (
+        "Connection refused" in checks["broker"]["message"]
+        or "refused" in checks["broker"]["message"].lower()
+    )
+    assert checks["workers"] == {
+        **checks["workers"],
+        "ok": False,
+        "message": "not checked: the broker is unreachable",
+    }
+    assert checks["database"]["ok"] is True
+
+
+@pytest.mark.django_db
+def test_ray_on_a_closed_port_is_red_with_the_reason(client, settings):
+    settings.RAY_ADDRESS = f"http://127.0.0.1:{free_port()}"
+    settings.HEALTH_TIMEOUT_SECONDS = 1
+    checks = client.get(reverse("healthz")).json()["checks"]
+    assert checks["ray"]["ok"] is False
+    assert "ConnectError" in checks["ray"]["message"]
+
+
+@pytest.mark.django_db
+def test_unapplied_migrations_are_reported(client):
+    from django.db import connection
+    from django.db.migrations.recorder import MigrationRecorder
+
+    MigrationRecorder(connection).record_unapplied("webapp", "0001_roles")
+    checks = client.get(reverse("healthz")).json()["checks"]
+    assert checks["database"]["ok"] is False
+    assert "1 migration(s) not applied (webapp.0001_roles)" in checks["database"]["message"]
+
+
+@pytest.mark.django_db
+def test_the_health_page_is_for_admins_only(client, expert, admin_user, settings):
+    settings.CELERY_BROKER_URL = f"redis://127.0.0.1:{free_port()}/0"
+    settings.HEALTH_TIMEOUT_SECONDS = 1
+    client.force_login(expert)
+    assert client.get(reverse("health")).status_code == 404
+    client.force_login(admin_user)
+    body = client.get(reverse("health")).content.decode()
+    assert "Some parts are failing" in body
+    assert 'data-check="broker"' in body
+
+
+@pytest.mark.django_db
+def test_the_health_page_refreshes_only_its_table_over_htmx(client, admin_user, settings):
+    settings.CELERY_BROKER_URL = f"redis://127.0.0.1:{free_port()}/0"
+    settings.HEALTH_TIMEOUT_SECONDS = 1
+    client.force_login(admin_user)
+    body = client.get(reverse("health"), headers={"HX-Request": "true"}).content.decode()
+    assert body.lstrip().startswith('<div id="checks"')
+    assert "<html" not in body

@@ -1,0 +1,131 @@
+"""Real services for tests: a Celery worker process and a Ray head, each started and stopped by a fixture.
+
+With CI=true a missing service fails the test; elsewhere it skips with the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from webapp.devstack import stop_process_group
+
+
+def service_missing(reason: str) -> None:
+    if os.environ.get("CI", "").lower() in {"1", "true", "yes"}:
+        pytest.fail(f"CI requires this service: {reason}")
+    pytest.skip(reason)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def celery_worker(
+    env: dict[str, str], log_path: Path, *, ready_timeout: float = 60
+) -> Iterator[subprocess.Popen]:
+    """A real `celery worker` process; ready once it answers a broadcast ping."""
+    from webapp.celery import app
+
+    bin_dir = Path(sys.executable).parent
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [
+                str(bin_dir / "celery"),
+                "-A",
+                "webapp",
+                "worker",
+                "--loglevel=INFO",
+                "--concurrency=1",
+                "--pool=prefork",
+                f"--hostname=test-{os.getpid()}@%h",
+                "--without-mingle",
+                "--without-gossip",
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        deadline = time.monotonic() + ready_timeout
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise RuntimeError(
+                    f"the Celery worker exited with {process.returncode}:\n{log_path.read_text()[-3000:]}"
+                )
+            if app.control.ping(timeout=0.5):
+                break
+        else:
+            raise RuntimeError(
+                f"the Celery worker did not answer within {ready_timeout} s:\n{log_path.read_text()[-3000:]}"
+            )
+        yield process
+    finally:
+        stop_process_group(process)
+
+
+@contextmanager
+def ray_head(*, num_cpus: int = 1, ready_timeout: float = 120) -> Iterator[str]:
+    """A real `ray start --head` process; yields its Jobs API address (http://127.0.0.1:PORT)."""
+    ray_bin = Path(sys.executable).parent / "ray"
+    if not ray_bin.exists() and not shutil.which("ray"):
+        service_missing("the `ray` command is not installed")
+    temp_dir = tempfile.mkdtemp(prefix="prt-ray-")
+    dashboard_port = free_port()
+    env = dict(os.environ, RAY_AUTH_MODE="disabled")
+    env.pop("RAY_ADDRESS", None)
+    log_path = Path(temp_dir) / "head.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [
+                str(ray_bin),
+                "start",
+                "--head",
+                "--block",
+                f"--port={free_port()}",
+                f"--num-cpus={num_cpus}",
+                "--dashboard-host=127.0.0.1",
+                f"--dashboard-port={dashboard_port}",
+                "--include-dashboard=true",
+                f"--temp-dir={temp_dir}",
+                "--disable-usage-stats",
+            ],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    address = f"http://127.0.0.1:{dashboard_port}"
+    try:
+        deadline = time.monotonic() + ready_timeout
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                service_missing(
+                    f"`ray start --head` exited with {process.returncode}: {log_path.read_text()[-2000:]}"
+                )
+            try:
+                if httpx.get(f"{address}/api/version", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.5)
+        else:
+            service_missing(f"the Ray head did not answer within {ready_timeout} s")
+        yield address
+    finally:
+        stop_process_group(process)
+        shutil.rmtree(temp_dir, ignore_errors=True)
