@@ -43,6 +43,9 @@ def require_role(request: HttpRequest, *roles: Role) -> None:
 # The navigation each role sees: (label, url name, roles that may use it). Later issues add entries.
 NAVIGATION: list[tuple[str, str, tuple[Role, ...]]] = [
     ("Home", "home", ()),
+    ("Tasks", "tasks_authoring:task_list", (Role.EXPERT, Role.RESEARCHER, Role.REVIEWER)),
+    ("Review queue", "tasks_authoring:review_queue", (Role.REVIEWER,)),
+    ("Task sets", "tasks_authoring:task_set_list", (Role.RESEARCHER, Role.REVIEWER)),
     ("Health", "health", (Role.ADMIN,)),
     ("Admin", "admin:index", (Role.ADMIN,)),
 ]

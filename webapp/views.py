@@ -5,12 +5,32 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
 from webapp.health import run_health_checks
-from webapp.roles import Role, require_role, roles_of
+from webapp.roles import Role, has_role, require_role, roles_of
+
+_HOME_LIST_LENGTH = 5
 
 
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
-    return render(request, "webapp/home.html", {"roles": sorted(roles_of(request.user))})
+    """What needs me: my drafts, my versions sent back for changes, the reviews waiting for me."""
+    from tasks_authoring import selectors
+
+    user = request.user
+    context: dict = {"roles": sorted(roles_of(user))}
+    if has_role(user, Role.EXPERT):
+        drafts = selectors.tasks_for_user(user=user, filters={"owner": user, "status": "draft"})
+        sent_back = selectors.tasks_for_user(
+            user=user, filters={"owner": user, "status": "changes_requested"}
+        )
+        context["drafts"] = list(drafts[:_HOME_LIST_LENGTH])
+        context["drafts_count"] = drafts.count()
+        context["sent_back"] = list(sent_back[:_HOME_LIST_LENGTH])
+        context["sent_back_count"] = sent_back.count()
+    if has_role(user, Role.REVIEWER):
+        waiting = selectors.review_queue(reviewer=user)
+        context["reviews_waiting"] = list(waiting[:_HOME_LIST_LENGTH])
+        context["reviews_waiting_count"] = waiting.count()
+    return render(request, "webapp/home.html", context)
 
 
 @require_GET

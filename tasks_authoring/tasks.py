@@ -1,0 +1,11 @@
+"""Celery tasks: thin adapters that take ids and call one service."""
+
+from celery import shared_task
+
+from .services.world import world_file_extract
+
+
+@shared_task(name="tasks_authoring.extract_world_file", acks_late=True, max_retries=0)
+def extract_world_file(world_file_id: int) -> str:
+    world_file = world_file_extract(world_file_id=world_file_id)
+    return "deleted" if world_file is None else world_file.extraction_status
