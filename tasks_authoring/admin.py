@@ -4,6 +4,7 @@ from .models import (
     Blob,
     Criterion,
     Domain,
+    ExportJob,
     Review,
     Task,
     TaskSet,
@@ -93,3 +94,9 @@ class TaskSetMemberInline(admin.TabularInline):
 class TaskSetAdmin(admin.ModelAdmin):
     list_display = ["name", "owner", "seed", "eval_fraction", "created_at"]
     inlines = [TaskSetMemberInline]
+
+
+@admin.register(ExportJob)
+class ExportJobAdmin(ReadOnlyAdmin):
+    list_display = ["label", "owner", "status", "done", "total", "created_at", "finished_at"]
+    list_filter = ["status"]

@@ -17,6 +17,7 @@ import tempfile
 import unicodedata
 import uuid
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -137,7 +138,13 @@ def _zip_folder(folder: Path, zip_path: Path) -> None:
                 archive.write(path, path.relative_to(folder).as_posix())
 
 
-def bundle_export(*, versions: list[TaskVersion], manifest: dict | None = None) -> Path:
+# Called after each task folder is written, with (folders written, folders in all).
+ExportProgress = Callable[[int, int], None]
+
+
+def bundle_export(
+    *, versions: list[TaskVersion], manifest: dict | None = None, progress: ExportProgress | None = None
+) -> Path:
     """A zip of one Harbor task folder per version (approved only); returns the zip's path under var/exports."""
     versions = list(versions)
     if not versions:
@@ -153,7 +160,7 @@ def bundle_export(*, versions: list[TaskVersion], manifest: dict | None = None) 
     with tempfile.TemporaryDirectory(prefix="practicum-export-") as temp:
         tasks_dir, worlds_dir = Path(temp) / "tasks", Path(temp) / "worlds"
         tasks_dir.mkdir()
-        for version in versions:
+        for written, version in enumerate(versions, start=1):
             folder = (
                 version.task.slug
                 if slugs.count(version.task.slug) == 1
@@ -161,6 +168,8 @@ def bundle_export(*, versions: list[TaskVersion], manifest: dict | None = None) 
             )
             bundle = version_bundle(version, worlds_dir / folder)
             write_bundle(bundle, tasks_dir / folder)
+            if progress is not None:
+                progress(written, len(versions))
         if manifest is not None:
             (tasks_dir / "task_set.json").write_text(
                 json.dumps(manifest, indent=2, ensure_ascii=False) + "\n"
@@ -169,7 +178,7 @@ def bundle_export(*, versions: list[TaskVersion], manifest: dict | None = None) 
     return zip_path
 
 
-def task_set_export(*, task_set: TaskSet) -> Path:
+def task_set_export(*, task_set: TaskSet, progress: ExportProgress | None = None) -> Path:
     """The task set's versions as one zip, with task_set.json recording the seed and the split."""
     members = list(task_set.members.select_related("version__task__domain", "version__task__owner"))
     manifest = {
@@ -187,7 +196,7 @@ def task_set_export(*, task_set: TaskSet) -> Path:
             for m in members
         ],
     }
-    return bundle_export(versions=[m.version for m in members], manifest=manifest)
+    return bundle_export(versions=[m.version for m in members], manifest=manifest, progress=progress)
 
 
 # ---- import: staging ----

@@ -22,6 +22,8 @@ SORTS: dict[str, str] = {
     "-domain": "Domain Z–A",
     "status": "Status",
     "-status": "Status, reversed",
+    "owner": "Owner A–Z",
+    "-owner": "Owner Z–A",
 }
 PAGE_SIZE = 50
 MAX_PAGE = 10_000
@@ -32,7 +34,7 @@ class TaskFilterForm(forms.Form):
 
     q = forms.CharField(required=False, max_length=200, label="Search")
     domain = forms.ChoiceField(required=False)
-    status = forms.ChoiceField(required=False, choices=[("", "Any status"), *TaskStatus.choices])
+    status = forms.ChoiceField(required=False, choices=[("", "Any but archived"), *TaskStatus.choices])
     owner = forms.CharField(required=False, max_length=150)
     sort = forms.ChoiceField(required=False, choices=list(SORTS.items()))
     page = forms.IntegerField(required=False, min_value=1)

@@ -273,3 +273,50 @@ class TaskSetMember(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_set} · {self.version} ({self.split})"
+
+
+class ExportStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    DONE = "done", "Done"
+    FAILED = "failed", "Failed"
+
+
+def export_upload_to(job: ExportJob, filename: str) -> str:
+    return f"exports/{job.owner_id}/{job.pk}/{filename}"
+
+
+class ExportJob(models.Model):
+    """One export asked for in the browser; a Celery worker writes the zip and counts task folders."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="export_jobs")
+    version = models.ForeignKey(
+        TaskVersion, on_delete=models.SET_NULL, null=True, blank=True, related_name="export_jobs"
+    )
+    task_set = models.ForeignKey(
+        TaskSet, on_delete=models.SET_NULL, null=True, blank=True, related_name="export_jobs"
+    )
+    label = models.CharField(max_length=300, help_text="What is exported, in words.")
+    filename = models.CharField(max_length=200, help_text="The name the download gets.")
+    status = models.CharField(max_length=10, choices=ExportStatus.choices, default=ExportStatus.QUEUED)
+    done = models.PositiveIntegerField(default=0)
+    total = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+    file = models.FileField(upload_to=export_upload_to, max_length=300, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["owner", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"export of {self.label} ({self.status})"
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in (ExportStatus.DONE, ExportStatus.FAILED)
+
+    @property
+    def percent(self) -> int:
+        return round(100 * self.done / self.total) if self.total else 0

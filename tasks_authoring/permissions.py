@@ -24,6 +24,13 @@ def is_task_editor(user: User, task: Task) -> bool:
     return task.team_id is not None and task.team.members.filter(pk=user.pk).exists()
 
 
+def can_archive_task(user: User, task: Task) -> bool:
+    """Archiving withdraws the whole task, so it is the owner's call (or an admin's), not the team's."""
+    if not user.is_authenticated:
+        return False
+    return task.status == TaskStatus.APPROVED and (is_admin(user) or task.owner_id == user.pk)
+
+
 def can_edit_version(user: User, version: TaskVersion) -> bool:
     return version.is_editable and is_task_editor(user, version.task)
 
@@ -34,6 +41,11 @@ def can_review(user: User) -> bool:
 
 def can_build_task_sets(user: User) -> bool:
     return has_role(user, Role.RESEARCHER)
+
+
+def can_view_task_sets(user: User) -> bool:
+    """Researchers build task sets; reviewers read them (selectors.task_sets_for decides the same)."""
+    return has_role(user, Role.RESEARCHER, Role.REVIEWER)
 
 
 def can_author(user: User) -> bool:

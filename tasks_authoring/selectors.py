@@ -33,6 +33,8 @@ SORTS = {
     "-status": "-status",
     "domain": "domain__name",
     "-domain": "-domain__name",
+    "owner": "owner__username",
+    "-owner": "-owner__username",
     "created": "-created_at",
     "-created": "created_at",
 }
@@ -106,6 +108,14 @@ def tasks_for_user(*, user, filters: dict[str, Any] | None = None) -> QuerySet[T
     )
     order = SORTS.get(filters.get("sort", "updated"), "-updated_at")
     return tasks.select_related("domain", "owner").order_by(order, "pk")
+
+
+def tasks_for_list(*, user, filters: dict[str, Any] | None = None) -> QuerySet[Task]:
+    """The task list's rows: tasks_for_user, without archived tasks unless the status filter asks for them."""
+    tasks = tasks_for_user(user=user, filters=filters)
+    if not (filters or {}).get("status"):
+        tasks = tasks.exclude(status=TaskStatus.ARCHIVED)
+    return tasks
 
 
 def task_visible_to(*, user, pk: int) -> Task:

@@ -14,6 +14,7 @@ urlpatterns = [
     path("tasks/<int:pk>/agent/", tasks.agent_view, name="agent_view"),
     path("tasks/<int:pk>/submit/", tasks.task_submit, name="task_submit"),
     path("tasks/<int:pk>/new-draft/", tasks.task_new_draft, name="task_new_draft"),
+    path("tasks/<int:pk>/archive/", tasks.task_archive, name="task_archive"),
     path("tasks/<int:pk>/edit/", editor.task_edit, name="task_edit"),
     path("tasks/<int:pk>/export/", bundles.version_export, name="version_export"),
     path("tasks/<int:pk>/world/", world.world_manager, name="world_manager"),
@@ -35,4 +36,6 @@ urlpatterns = [
     path("task-sets/new/", task_sets.task_set_create, name="task_set_create"),
     path("task-sets/<int:pk>/", task_sets.task_set_detail, name="task_set_detail"),
     path("task-sets/<int:pk>/export/", bundles.task_set_export, name="task_set_export"),
+    path("exports/<int:pk>/", bundles.export_job_detail, name="export_job"),
+    path("exports/<int:pk>/download/", bundles.export_job_download, name="export_job_download"),
 ]

@@ -21,8 +21,10 @@ from .world import (
     world_folder_move,
 )
 
-# bundles.py builds on these services, so its names are looked up on first use (PEP 562) to avoid a cycle.
+# bundles.py (and export_jobs.py on top of it) build on these services, so their names are looked up on
+# first use (PEP 562) to avoid a cycle.
 _BUNDLE_NAMES = {"ImportReport", "bundle_export", "bundle_import", "task_set_export"}
+_EXPORT_JOB_NAMES = {"export_job_create", "export_job_run"}
 
 
 def __getattr__(name: str):
@@ -30,6 +32,10 @@ def __getattr__(name: str):
         from .. import bundles
 
         return getattr(bundles, name)
+    if name in _EXPORT_JOB_NAMES:
+        from . import export_jobs
+
+        return getattr(export_jobs, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -47,6 +53,8 @@ __all__ = [
     "criterion_delete",
     "criterion_reorder",
     "criterion_update",
+    "export_job_create",
+    "export_job_run",
     "limits",
     "review_decide",
     "task_archive",

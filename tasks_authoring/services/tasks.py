@@ -26,7 +26,7 @@ from ..models import (
     VersionState,
     WorldFile,
 )
-from ..permissions import can_author, can_review, is_admin, is_task_editor
+from ..permissions import can_archive_task, can_author, can_review, is_admin, is_task_editor
 
 VERSION_FIELDS = (
     "instruction",
@@ -324,9 +324,14 @@ def task_version_new_draft(*, task: Task, user) -> TaskVersion:
 
 @transaction.atomic
 def task_archive(*, task: Task, user) -> Task:
-    """Hides a task from new task sets; its versions stay intact so past runs can be reproduced."""
-    if not is_task_editor(user, task):
-        raise NotAllowed("only the task's owner, members of its team and admins may archive it")
+    """Hides a task from the task list and new task sets; its versions stay intact, so task sets that
+    pin them and past runs can still be reproduced."""
+    if task.status != TaskStatus.APPROVED:
+        raise AuthoringError(
+            f"only approved tasks are archived; {task.slug} is {task.get_status_display().lower()}"
+        )
+    if not can_archive_task(user, task):
+        raise NotAllowed("only the task's owner and admins may archive it")
     task.status = TaskStatus.ARCHIVED
     task.save(update_fields=["status", "updated_at"])
     return task

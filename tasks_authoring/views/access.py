@@ -7,7 +7,7 @@ from django.http import Http404, HttpRequest
 from django.shortcuts import get_object_or_404
 
 from tasks_authoring import permissions, selectors
-from tasks_authoring.models import Criterion, Task, TaskSet, TaskVersion, WorldFile
+from tasks_authoring.models import Criterion, ExportJob, Task, TaskSet, TaskVersion, WorldFile
 from webapp.roles import Role, has_role, require_role
 
 AUTHORING_ROLES = (Role.EXPERT, Role.RESEARCHER, Role.REVIEWER)
@@ -65,6 +65,18 @@ def _get_criterion_for_editor(request: HttpRequest, pk: int, criterion_id: int) 
 def _get_task_set_for_user(request: HttpRequest, pk: int) -> TaskSet:
     require_role(request, *TASK_SET_ROLES)
     return selectors.task_set_visible_to(user=request.user, pk=pk)
+
+
+def _get_export_job_for_user(request: HttpRequest, pk: int) -> ExportJob:
+    """An export belongs to whoever asked for it; admins may open any. Everyone else gets 404."""
+    jobs = ExportJob.objects.select_related("version__task", "task_set")
+    if not permissions.is_admin(request.user):
+        jobs = jobs.filter(owner=request.user)
+    return get_object_or_404(jobs, pk=pk)
+
+
+def _can_archive(request: HttpRequest, task: Task) -> bool:
+    return permissions.can_archive_task(request.user, task)
 
 
 def _can_review(request: HttpRequest) -> bool:

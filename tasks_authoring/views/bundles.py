@@ -1,47 +1,82 @@
-"""Export an approved version or a task set as a zip of Harbor task folders; import such a zip."""
+"""Export an approved version or a task set (a Celery job with progress and a download); import a zip."""
 
 from __future__ import annotations
 
 import tempfile
 from pathlib import Path
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.core.exceptions import PermissionDenied
-from django.http import FileResponse, HttpRequest, HttpResponse
-from django.shortcuts import render
-from django.views.decorators.http import require_GET, require_http_methods
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django_htmx.http import HttpResponseStopPolling
 
 from tasks_authoring import services
+from tasks_authoring.errors import AuthoringError
 from tasks_authoring.forms import ImportForm
-from tasks_authoring.models import VersionState
-from tasks_authoring.views.access import _get_task_for_user, _get_task_set_for_user, _get_version
-from tasks_authoring.views.tasks import _version_number
+from tasks_authoring.models import ExportStatus
+from tasks_authoring.views.access import (
+    _get_export_job_for_user,
+    _get_task_for_user,
+    _get_task_set_for_user,
+    _get_version,
+)
 from webapp.roles import Role, require_role
 
 
-def _zip_response(zip_path: Path | str, filename: str) -> FileResponse:
-    return FileResponse(
-        open(zip_path, "rb"), as_attachment=True, filename=filename, content_type="application/zip"
-    )
+def _version_from_post(request: HttpRequest) -> int | None:
+    raw = request.POST.get("v", "")
+    return int(raw) if raw.isdigit() else None
 
 
 @login_required
-@require_GET
+@require_POST
 def version_export(request: HttpRequest, pk: int) -> HttpResponse:
     task = _get_task_for_user(request, pk)
-    version = _get_version(task, _version_number(request))
-    if version.state != VersionState.APPROVED:
-        raise PermissionDenied("Only approved versions export")
-    zip_path = services.bundle_export(versions=[version])
-    return _zip_response(zip_path, f"{task.slug}-v{version.number}.zip")
+    version = _get_version(task, _version_from_post(request))
+    try:
+        job = services.export_job_create(user=request.user, version=version)
+    except AuthoringError as error:
+        messages.error(request, f"Not exported: {error}.")
+        return redirect(f"{reverse('tasks_authoring:task_detail', args=[task.pk])}?v={version.number}")
+    return redirect("tasks_authoring:export_job", pk=job.pk)
+
+
+@login_required
+@require_POST
+def task_set_export(request: HttpRequest, pk: int) -> HttpResponse:
+    task_set = _get_task_set_for_user(request, pk)
+    try:
+        job = services.export_job_create(user=request.user, task_set=task_set)
+    except AuthoringError as error:
+        messages.error(request, f"Not exported: {error}.")
+        return redirect("tasks_authoring:task_set_detail", pk=task_set.pk)
+    return redirect("tasks_authoring:export_job", pk=job.pk)
 
 
 @login_required
 @require_GET
-def task_set_export(request: HttpRequest, pk: int) -> HttpResponse:
-    task_set = _get_task_set_for_user(request, pk)
-    zip_path = services.task_set_export(task_set=task_set)
-    return _zip_response(zip_path, f"task-set-{task_set.pk}.zip")
+def export_job_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    """The job's page; htmx polls its progress partial, and 286 stops the polling once it has finished."""
+    job = _get_export_job_for_user(request, pk)
+    context = {"job": job}
+    if request.htmx:
+        response = render(request, "tasks_authoring/export_job.html#progress", context)
+        return HttpResponseStopPolling(response.content) if job.is_finished else response
+    return render(request, "tasks_authoring/export_job.html", context)
+
+
+@login_required
+@require_GET
+def export_job_download(request: HttpRequest, pk: int) -> FileResponse:
+    job = _get_export_job_for_user(request, pk)
+    if job.status != ExportStatus.DONE or not job.file:
+        raise Http404("This export has no file")
+    return FileResponse(
+        job.file.open("rb"), as_attachment=True, filename=job.filename, content_type="application/zip"
+    )
 
 
 @login_required

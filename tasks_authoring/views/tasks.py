@@ -6,6 +6,7 @@ from collections import defaultdict
 
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -16,6 +17,7 @@ from tasks_authoring.errors import AuthoringError
 from tasks_authoring.forms import PAGE_SIZE, TaskCreateForm, TaskFilterForm
 from tasks_authoring.models import VersionState
 from tasks_authoring.views.access import (
+    _can_archive,
     _can_edit,
     _can_review,
     _get_task_for_user,
@@ -33,10 +35,17 @@ def _version_number(request: HttpRequest, name: str = "v") -> int | None:
 def _sort_links(current: str) -> dict[str, str]:
     """Per column, the sort its header link sets: a second click on the same column reverses it."""
     links = {}
-    for column in ("title", "domain", "status"):
+    for column in ("title", "domain", "status", "owner"):
         links[column] = f"-{column}" if current == column else column
     links["updated"] = "-updated" if current == "updated" else "updated"
     return links
+
+
+def _sort_marks(current: str) -> dict[str, tuple[str, str]]:
+    """The sorted column's aria-sort value and arrow; "updated" on its own means newest first."""
+    column = current.lstrip("-")
+    descending = current.startswith("-") != (column == "updated")
+    return {column: ("descending", "↓") if descending else ("ascending", "↑")}
 
 
 @login_required
@@ -45,13 +54,14 @@ def task_list(request: HttpRequest) -> HttpResponse:
     _require_authoring_role(request)
     form = TaskFilterForm(request.GET)
     filters = form.filters()
-    tasks = selectors.tasks_for_user(user=request.user, filters=filters)
+    tasks = selectors.tasks_for_list(user=request.user, filters=filters)
     page = Paginator(tasks, PAGE_SIZE).get_page(form.page_number())
     context = {
         "form": form,
         "filters": filters,
         "page": page,
         "sort_links": _sort_links(filters["sort"]),
+        "sort_marks": _sort_marks(filters["sort"]),
         "can_create": has_role(request.user, Role.EXPERT),
         "can_build_sets": has_role(request.user, Role.RESEARCHER),
         "filtered": any(filters[key] for key in ("q", "domain", "status", "owner")),
@@ -118,6 +128,7 @@ def task_detail(request: HttpRequest, pk: int) -> HttpResponse:
         and version.state in (VersionState.APPROVED, VersionState.CHANGES_REQUESTED),
         "can_review": _can_review(request) and version.state == VersionState.IN_REVIEW,
         "can_export": version.state == VersionState.APPROVED,
+        "can_archive": _can_archive(request, task),
         "tab": "overview",
     }
     return render(request, "tasks_authoring/task_detail.html", context)
@@ -182,6 +193,29 @@ def task_new_draft(request: HttpRequest, pk: int) -> HttpResponse:
         request, f"Version {draft.number} is a new draft copied from version {draft.number - 1}."
     )
     return redirect("tasks_authoring:task_edit", pk=task.pk)
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def task_archive(request: HttpRequest, pk: int) -> HttpResponse:
+    """A confirmation page, then the archive itself; only the owner and admins, only approved tasks."""
+    task = _get_task_for_user(request, pk)
+    if not _can_archive(request, task):
+        raise PermissionDenied("Only the owner of an approved task, or an admin, can archive it")
+    if request.method == "POST":
+        try:
+            services.task_archive(task=task, user=request.user)
+        except AuthoringError as error:
+            messages.error(request, f"Not archived: {error}.")
+        else:
+            messages.success(
+                request,
+                f"Archived “{task.title}”. It is hidden from the task list and from new task sets; "
+                "task sets that already pin it keep it.",
+            )
+        return redirect("tasks_authoring:task_detail", pk=task.pk)
+    context = {"task": task, "version": _get_version(task, None), "tab": "overview"}
+    return render(request, "tasks_authoring/task_archive.html", context)
 
 
 def _file_tree(files) -> list[dict]:

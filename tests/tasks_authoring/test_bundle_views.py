@@ -6,7 +6,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from tasks_authoring import services
-from tasks_authoring.models import Task
+from tasks_authoring.models import ExportJob, Task
 from tests.tasks_authoring.web_helpers import approved_task
 
 pytestmark = pytest.mark.django_db
@@ -16,13 +16,24 @@ def _download(response) -> bytes:
     return b"".join(response.streaming_content)
 
 
+def _export_through_a_job(client, url: str, data: dict | None = None) -> bytes:
+    """Asks for the export, runs the job as the worker would, and downloads the zip."""
+    response = client.post(url, data or {})
+    job = ExportJob.objects.get()
+    assert response["Location"] == reverse("tasks_authoring:export_job", args=[job.pk])
+    services.export_job_run(export_job_id=job.pk)
+    response = client.get(reverse("tasks_authoring:export_job_download", args=[job.pk]))
+    assert response["Content-Type"] == "application/zip"
+    assert job.filename in response["Content-Disposition"]
+    return _download(response)
+
+
 def test_an_approved_version_exports_as_a_zip_and_imports_back_with_the_same_hash(client, expert, reviewer):
     task = approved_task(expert, reviewer)
     client.force_login(expert)
-    response = client.get(reverse("tasks_authoring:version_export", args=[task.pk]))
-    assert response["Content-Type"] == "application/zip"
-    assert f"{task.slug}-v1.zip" in response["Content-Disposition"]
-    archive = _download(response)
+    archive = _export_through_a_job(
+        client, reverse("tasks_authoring:version_export", args=[task.pk]), {"v": 1}
+    )
     names = zipfile.ZipFile(io.BytesIO(archive)).namelist()
     assert any(name.endswith("tests/rubric.json") for name in names)
 
@@ -60,5 +71,5 @@ def test_a_task_set_exports_as_one_zip(client, expert, reviewer, researcher):
     task = approved_task(expert, reviewer)
     task_set = services.task_set_create(owner=researcher, name="S", versions=[task.latest_version], seed=1)
     client.force_login(researcher)
-    response = client.get(reverse("tasks_authoring:task_set_export", args=[task_set.pk]))
-    assert zipfile.ZipFile(io.BytesIO(_download(response))).namelist()
+    archive = _export_through_a_job(client, reverse("tasks_authoring:task_set_export", args=[task_set.pk]))
+    assert "task_set.json" in zipfile.ZipFile(io.BytesIO(archive)).namelist()

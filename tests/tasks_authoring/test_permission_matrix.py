@@ -22,6 +22,9 @@ def world(expert, make_user, researcher, reviewer, outsider):
     task_set = services.task_set_create(
         owner=researcher, name="Finance eval", versions=[approved.latest_version], seed=7, eval_fraction=0.5
     )
+    # The researcher's finished export of the approved task: only its owner (and admins) may open it.
+    export_job = services.export_job_create(user=researcher, version=approved.latest_version)
+    services.export_job_run(export_job_id=export_job.pk)
     users = {
         "owner": expert,
         "other_expert": make_user("ed_expert", "expert"),
@@ -34,6 +37,7 @@ def world(expert, make_user, researcher, reviewer, outsider):
         "approved": approved,
         "in_review": in_review,
         "task_set": task_set,
+        "export_job": export_job,
         "users": users,
     }
 
@@ -80,6 +84,10 @@ def _url(world, name: str) -> str:
         "approved_upload": reverse("tasks_authoring:world_upload", args=[approved.pk]),
         "approved_new_draft": reverse("tasks_authoring:task_new_draft", args=[approved.pk]),
         "approved_export": reverse("tasks_authoring:version_export", args=[approved.pk]),
+        "approved_archive": reverse("tasks_authoring:task_archive", args=[approved.pk]),
+        "draft_archive": reverse("tasks_authoring:task_archive", args=[draft.pk]),
+        "export_job": reverse("tasks_authoring:export_job", args=[world["export_job"].pk]),
+        "export_job_download": reverse("tasks_authoring:export_job_download", args=[world["export_job"].pk]),
         "in_review": reverse("tasks_authoring:task_detail", args=[in_review.pk]),
         "in_review_decide": reverse("tasks_authoring:review_decide", args=[in_review.pk]),
     }
@@ -96,7 +104,7 @@ MATRIX = [
     ("task_sets", "get", None, (404, 404, 200, 200, 404)),
     ("task_set_new", "get", None, (404, 404, 200, 404, 404)),
     ("task_set", "get", None, (404, 404, 200, 200, 404)),
-    ("task_set_export", "get", None, (404, 404, 200, 200, 404)),
+    ("task_set_export", "post", {}, (404, 404, 302, 302, 404)),
     ("draft", "get", None, (200, 404, 404, 404, 404)),
     ("draft_edit", "get", None, (200, 404, 404, 404, 404)),
     ("draft_edit", "post", {"max_turns": "0"}, (200, 404, 404, 404, 404)),
@@ -114,12 +122,17 @@ MATRIX = [
     ("draft_agent", "get", None, (200, 404, 404, 404, 404)),
     ("draft_diff", "get", None, (200, 404, 404, 404, 404)),
     ("draft_submit", "post", {}, (302, 404, 404, 404, 404)),
-    ("draft_export", "get", None, (403, 404, 404, 404, 404)),
+    ("draft_export", "post", {}, (302, 404, 404, 404, 404)),
+    ("draft_archive", "get", None, (403, 404, 404, 404, 404)),
     ("approved", "get", None, (200, 200, 200, 200, 404)),
     ("approved_edit", "get", None, (302, 302, 302, 302, 404)),
     ("approved_upload", "post", {}, (403, 403, 403, 403, 404)),
     ("approved_new_draft", "post", {}, (302, 302, 302, 302, 404)),
-    ("approved_export", "get", None, (200, 200, 200, 200, 404)),
+    ("approved_export", "post", {}, (302, 302, 302, 302, 404)),
+    ("approved_archive", "get", None, (200, 403, 403, 403, 404)),
+    ("approved_archive", "post", {}, (302, 403, 403, 403, 404)),
+    ("export_job", "get", None, (404, 404, 200, 404, 404)),
+    ("export_job_download", "get", None, (404, 404, 200, 404, 404)),
     ("in_review", "get", None, (200, 404, 404, 200, 404)),
     ("in_review_decide", "post", {"decision": "approve"}, (404, 404, 404, 302, 404)),
 ]
@@ -157,7 +170,8 @@ def test_every_url_of_the_app_is_in_the_matrix():
         "task_set_create", "task_set_detail", "task_set_export", "task_detail", "task_edit", "world_manager",
         "world_status", "world_upload", "world_file", "world_file_move", "world_file_delete", "rubric",
         "criterion_add", "criterion_edit", "criterion_move", "criterion_delete", "agent_view", "version_diff",
-        "task_submit", "version_export", "task_new_draft", "review_decide",
+        "task_submit", "version_export", "task_new_draft", "review_decide", "task_archive", "export_job",
+        "export_job_download",
     }  # fmt: skip
     assert {pattern.name for pattern in urlpatterns} == covered
 

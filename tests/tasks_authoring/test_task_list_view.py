@@ -67,7 +67,7 @@ def test_it_paginates_on_the_server_and_keeps_the_filters_in_the_links(client, e
     assert [t.title for t in _rows(response)] == ["Task 4"]
     html = response.content.decode()
     assert "Page 3 of 3" in html
-    assert "?sort=title&amp;page=2" in html
+    assert 'href="?sort=title&amp;page=2"' in html
 
 
 def test_an_htmx_request_gets_only_the_results_partial(client, expert):
@@ -103,3 +103,17 @@ def test_the_number_of_queries_does_not_grow_with_the_page(client, expert):
 def test_an_outsider_gets_404(client, outsider):
     client.force_login(outsider)
     assert client.get(URL).status_code == 404
+
+
+def test_it_sorts_by_owner_from_the_column_header(client, expert, make_user, admin_user):
+    services.task_create(owner=make_user("zed_expert", "expert"), title="Zed's", domain="finance")
+    services.task_create(owner=make_user("abe_expert", "expert"), title="Abe's", domain="finance")
+    services.task_create(owner=expert, title="Erin's", domain="finance")
+    client.force_login(admin_user)
+    response = client.get(URL, {"sort": "owner"})
+    assert [t.owner.username for t in _rows(response)] == ["abe_expert", "erin_expert", "zed_expert"]
+    html = response.content.decode()
+    assert '<th aria-sort="ascending"><a href="?sort=-owner">Owner' in html  # a second click reverses it
+    reversed_rows = _rows(client.get(URL, {"sort": "-owner"}))
+    assert [t.owner.username for t in reversed_rows] == ["zed_expert", "erin_expert", "abe_expert"]
+    assert '<option value="owner" selected>Owner A–Z</option>' in response.content.decode()
