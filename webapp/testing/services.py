@@ -14,6 +14,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -79,14 +80,21 @@ def celery_worker(
         stop_process_group(process)
 
 
+@dataclass(frozen=True)
+class RayHead:
+    jobs_address: str  # the Jobs API / dashboard, http://127.0.0.1:PORT
+    gcs_address: str  # what `ray.init(address=...)` joins, 127.0.0.1:PORT
+
+
 @contextmanager
-def ray_head(*, num_cpus: int = 1, ready_timeout: float = 120) -> Iterator[str]:
-    """A real `ray start --head` process; yields its Jobs API address (http://127.0.0.1:PORT)."""
+def ray_head(*, num_cpus: int = 1, ready_timeout: float = 120) -> Iterator[RayHead]:
+    """A real `ray start --head` process; yields its Jobs API and GCS addresses."""
     ray_bin = Path(sys.executable).parent / "ray"
     if not ray_bin.exists() and not shutil.which("ray"):
         service_missing("the `ray` command is not installed")
     temp_dir = tempfile.mkdtemp(prefix="prt-ray-")
     dashboard_port = free_port()
+    gcs_port = free_port()
     env = dict(os.environ, RAY_AUTH_MODE="disabled")
     env.pop("RAY_ADDRESS", None)
     log_path = Path(temp_dir) / "head.log"
@@ -97,7 +105,7 @@ def ray_head(*, num_cpus: int = 1, ready_timeout: float = 120) -> Iterator[str]:
                 "start",
                 "--head",
                 "--block",
-                f"--port={free_port()}",
+                f"--port={gcs_port}",
                 f"--num-cpus={num_cpus}",
                 "--dashboard-host=127.0.0.1",
                 f"--dashboard-port={dashboard_port}",
@@ -125,7 +133,7 @@ def ray_head(*, num_cpus: int = 1, ready_timeout: float = 120) -> Iterator[str]:
                 time.sleep(0.5)
         else:
             service_missing(f"the Ray head did not answer within {ready_timeout} s")
-        yield address
+        yield RayHead(jobs_address=address, gcs_address=f"127.0.0.1:{gcs_port}")
     finally:
         stop_process_group(process)
         shutil.rmtree(temp_dir, ignore_errors=True)
