@@ -178,6 +178,9 @@ class _Run:
                 path = await self.save(step)
                 if step not in self.reported_steps:
                     self.emit("checkpoint", {"step": step, "path": str(path)})
+            # Training holds the event loop for whole updates, so the step's events reach the local
+            # file before the next step starts: live views stay current and a crash loses no step.
+            await self.emitter.flush()
         self.emit("run_finished", {"steps": spec.max_steps, "last": metrics})
         return metrics
 

@@ -7,7 +7,6 @@ import json
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -84,11 +83,22 @@ def test_a_spec_the_driver_cannot_run_is_refused(toy, tmp_path):
         )
 
 
+# With a third argument N the driver SIGKILLs itself right after the events file has received step
+# N's metrics: a real kill at a known point, so the test does not race the training loop.
 DRIVER = """
-import asyncio, sys
+import asyncio, os, signal, sys
 from pathlib import Path
+from rl_engine import events
 from rl_engine.spec import parse_run_spec
 from rl_engine.train import train
+if len(sys.argv) > 3:
+    kill_after_step = int(sys.argv[3])
+    write = events.JsonlSink.write
+    async def write_then_die(self, batch):
+        await write(self, batch)
+        if any(e.type == "step_metrics" and e.payload.get("step") == kill_after_step for e in batch):
+            os.kill(os.getpid(), signal.SIGKILL)
+    events.JsonlSink.write = write_then_die
 asyncio.run(train(parse_run_spec(Path(sys.argv[1]).read_text()), run_dir=Path(sys.argv[2]), run_id="resumed"))
 """
 
@@ -99,24 +109,14 @@ def test_a_killed_run_resumes_from_its_last_checkpoint_without_reporting_a_step_
     spec_file.write_text(spec.model_dump_json())
     run_dir = tmp_path / "run"
     command = [sys.executable, "-c", DRIVER, str(spec_file), str(run_dir)]
-    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 240
-    # Kill once step 3 is reported; checkpoints land every 2 steps, so what was reported after the
-    # last checkpoint is trained again on resume and must not be reported again.
-    while time.monotonic() < deadline and process.poll() is None:
-        if (
-            (run_dir / "events.jsonl").exists()
-            and reported_steps(run_dir)
-            and max(reported_steps(run_dir)) >= 3
-        ):
-            break
-        time.sleep(0.05)
-    assert process.poll() is None, process.stderr.read().decode()[-3000:]
-    process.send_signal(signal.SIGKILL)
-    process.wait()
+    # Killed once step 3 is reported; checkpoints land every 2 steps, so step 3 is trained again on
+    # resume and must not be reported again.
+    killed = subprocess.run([*command, "3"], cwd=REPO, capture_output=True, timeout=240)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr.decode()[-3000:]
     checkpoint_at_kill = latest_checkpoint(run_dir / "checkpoints")
     reported_at_kill = reported_steps(run_dir)
-    assert checkpoint_at_kill is not None and checkpoint_at_kill.name != "step_000005"
+    assert checkpoint_at_kill is not None and checkpoint_at_kill.name == "step_000002"
+    assert max(reported_at_kill) == 3
 
     result = subprocess.run(command, cwd=REPO, capture_output=True, timeout=240)
     assert result.returncode == 0, result.stderr.decode()[-3000:]
