@@ -14,6 +14,11 @@ reduction's per-token weights are computed once per mini-batch (algorithms.py), 
 micro-batch gradients equal the mini-batch loss's gradient exactly. With a single optimiser step
 per update the old policy *is* the current one, so its log-probs are the current ones detached
 (no extra forward pass); otherwise they are computed before the first step.
+
+Rows of one group start with the same untrained prompt, so a micro-batch's forward pass runs each
+group's shared prefix once and the rows continue from its KV cache (`_SharedPrefix`); the
+backward pass then flows through that one prefix pass. Same log-probs and gradients as padded
+rows (tested to 1e-5), fewer tokens through the model: ≈ 15 % fewer in the benchmark.
 """
 
 from __future__ import annotations
@@ -66,6 +71,24 @@ class _Batch:
     rollout_logprobs: Tensor  # (B, T-1)
     advantages: Tensor  # (B,)
     group_ids: Tensor  # (B,)
+    shared: _SharedPrefix | None  # set when rows of a group share untrained leading tokens
+
+
+@dataclass
+class _SharedPrefix:
+    """A batch split into per-group prefixes (run once per group) and per-row suffixes.
+
+    The rows of a GRPO group start with the same prompt, and no loss is taken on it: its forward
+    pass (and backward) is the same for every row, so it runs once per group and the group's rows
+    continue from its KV cache. Row i's prefix is its first `lengths[i]` tokens (0: no prefix).
+    """
+
+    prefix_ids: Tensor  # (G, P) left-padded, one row per group with a prefix
+    prefix_mask: Tensor  # (G, P)
+    source: Tensor  # (B,) prefix row of each row (0 for rows without one; masked out)
+    lengths: Tensor  # (B,) prefix length of each row
+    suffix_ids: Tensor  # (B, S) right-padded: the tokens after the prefix
+    suffix_mask: Tensor  # (B, S)
 
 
 class Trainer:
@@ -79,8 +102,10 @@ class Trainer:
         temperature: float = 1.0,
         pad_token_id: int = 0,
         seed: int = 0,
+        share_prefixes: bool = True,
     ) -> None:
         self.model = model
+        self.share_prefixes = share_prefixes
         self.algorithm = algorithm
         self.batch = batch
         self.temperature = temperature if temperature > 0 else 1.0
@@ -167,7 +192,7 @@ class Trainer:
         means: MetricMeans,
     ) -> float:
         mini = sorted(mini, key=lambda sample: -len(sample.input_ids))  # less padding per micro-batch
-        whole = self._collate(mini)
+        whole = self._collate(mini, for_forward=False)
         max_len = self.algorithm.max_len_for_norm or whole.mask.shape[1]
         # The reductions build per-group tensors on the CPU; the weights then move to the device.
         weights = self.reduction(whole.mask.cpu(), whole.group_ids, max_len)
@@ -219,7 +244,10 @@ class Trainer:
         with torch.autocast(
             self.device.type, dtype=self.autocast_dtype, enabled=self.autocast_dtype is not None
         ):
-            logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1]
+            if batch.shared is None:
+                logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1]
+            else:
+                logits = _shared_prefix_logits(model, batch.shared, batch.targets.shape[1])
         logits = logits.float() / self.temperature
         log_norm = torch.logsumexp(logits, dim=-1)
         log_probs = logits.gather(-1, batch.targets[..., None]).squeeze(-1) - log_norm
@@ -243,7 +271,7 @@ class Trainer:
             scored.extend(log_probs[row, : len(s.input_ids) - 1].detach() for row, s in enumerate(micro))
         return scored
 
-    def _collate(self, samples: list[TrainingSample]) -> _Batch:
+    def _collate(self, samples: list[TrainingSample], *, for_forward: bool = True) -> _Batch:
         width = max(len(sample.input_ids) for sample in samples)
         rows = len(samples)
         input_ids = torch.full((rows, width), self.pad_token_id, dtype=torch.long)
@@ -265,6 +293,55 @@ class Trainer:
             rollout_logprobs=rollout[:, 1:].to(device),
             advantages=torch.tensor([s.advantage for s in samples], dtype=torch.float32, device=device),
             group_ids=torch.tensor([s.group_id for s in samples], dtype=torch.long),
+            shared=self._shared_prefix(samples) if self.share_prefixes and for_forward else None,
+        )
+
+    def _shared_prefix(self, samples: list[TrainingSample]) -> _SharedPrefix | None:
+        """Split the batch at each group's shared untrained prefix; None when no group has one."""
+        rows_of: dict[int, list[int]] = {}
+        for row, sample in enumerate(samples):
+            rows_of.setdefault(sample.group_id, []).append(row)
+        lengths = [0] * len(samples)
+        for rows in rows_of.values():
+            if len(rows) > 1:
+                # Token t is scored from the logits at t − 1, which must come out of the suffix pass.
+                length = min(_first_trained(samples[row]) - 1 for row in rows)
+                first = samples[rows[0]].input_ids
+                for row in rows[1:]:
+                    length = min(length, _common_length(first, samples[row].input_ids))
+                for row in rows:
+                    lengths[row] = max(0, length)
+        if not any(lengths):
+            return None
+        owners: dict[int, int] = {}  # group id → the row whose tokens form the group's prefix
+        for row, sample in enumerate(samples):
+            if lengths[row] and sample.group_id not in owners:
+                owners[sample.group_id] = row
+        width = max(lengths)
+        prefix_ids = torch.full((len(owners), width), self.pad_token_id, dtype=torch.long)
+        prefix_mask = torch.zeros((len(owners), width), dtype=torch.long)
+        for index, row in enumerate(owners.values()):
+            prefix_ids[index, width - lengths[row] :] = torch.tensor(samples[row].input_ids[: lengths[row]])
+            prefix_mask[index, width - lengths[row] :] = 1
+        order = {group: index for index, group in enumerate(owners)}
+        source = torch.tensor([order.get(sample.group_id, 0) for sample in samples], dtype=torch.long)
+        suffix_width = max(
+            len(sample.input_ids) - length for sample, length in zip(samples, lengths, strict=True)
+        )
+        suffix_ids = torch.full((len(samples), suffix_width), self.pad_token_id, dtype=torch.long)
+        suffix_mask = torch.zeros((len(samples), suffix_width), dtype=torch.long)
+        for row, (sample, length) in enumerate(zip(samples, lengths, strict=True)):
+            suffix = sample.input_ids[length:]
+            suffix_ids[row, : len(suffix)] = torch.tensor(suffix)
+            suffix_mask[row, : len(suffix)] = 1
+        device = self.device
+        return _SharedPrefix(
+            prefix_ids=prefix_ids.to(device),
+            prefix_mask=prefix_mask.to(device),
+            source=source.to(device),
+            lengths=torch.tensor(lengths, dtype=torch.long, device=device),
+            suffix_ids=suffix_ids.to(device),
+            suffix_mask=suffix_mask.to(device),
         )
 
     def state(self) -> dict[str, Any]:
@@ -278,6 +355,52 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.rng.setstate(state["trainer_rng"])
+
+
+def _shared_prefix_logits(model: torch.nn.Module, shared: _SharedPrefix, columns: int) -> Tensor:
+    """Target-aligned logits (B, columns, V) from one prefix pass per group and one suffix pass per row.
+
+    Columns before a row's prefix end hold a copy of its first suffix logits; they are never
+    trained (the prefix is untrained by construction), so their values do not matter.
+    """
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=model.config)
+    positions = (shared.prefix_mask.cumsum(-1) - 1).clamp(min=0)
+    model(
+        input_ids=shared.prefix_ids,
+        attention_mask=shared.prefix_mask,
+        position_ids=positions,
+        cache=cache,
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    cache.batch_select_indices(shared.source)
+    has_prefix = (shared.lengths > 0).long()[:, None]
+    mask = torch.cat([shared.prefix_mask[shared.source] * has_prefix, shared.suffix_mask], dim=-1)
+    suffix_positions = shared.lengths[:, None] + torch.arange(shared.suffix_ids.shape[1], device=mask.device)
+    logits = model(
+        input_ids=shared.suffix_ids,
+        attention_mask=mask,
+        position_ids=suffix_positions,
+        cache=cache,
+        use_cache=True,
+    ).logits
+    column = torch.arange(columns, device=logits.device)[None, :] - shared.lengths[:, None]
+    index = column.clamp(0, logits.shape[1] - 1)
+    return logits.gather(1, index[..., None].expand(-1, -1, logits.shape[-1]))
+
+
+def _first_trained(sample: TrainingSample) -> int:
+    return next(
+        (t for t in range(1, len(sample.loss_mask)) if sample.loss_mask[t]), len(sample.loss_mask) - 1
+    )
+
+
+def _common_length(first: list[int], other: list[int]) -> int:
+    return next(
+        (t for t, (a, b) in enumerate(zip(first, other, strict=False)) if a != b), min(len(first), len(other))
+    )
 
 
 def _pad(values: Tensor, width: int) -> Tensor:

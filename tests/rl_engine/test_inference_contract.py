@@ -183,3 +183,19 @@ def test_a_server_that_is_down_is_an_inference_failure():
     engine = OpenAIEngine("http://127.0.0.1:9/v1", "nothing", timeout_sec=2)
     with pytest.raises(InferenceFailure, match="could not be reached"):
         engine.generate(PROMPTS[:1], greedy())
+
+
+def test_hf_sampled_log_probs_equal_a_scoring_pass_over_the_finished_sequence(model_dir):
+    engine = HFEngine.from_pretrained(model_dir, device="cpu")
+    temperature = 0.7
+    prompts = [engine.prompt_ids(prompt) for prompt in PROMPTS]
+    generations = engine.generate(
+        prompts, SamplingParams(temperature=temperature, max_new_tokens=10, seed=11)
+    )
+    for prompt, generation in zip(prompts, generations, strict=True):
+        sequence = torch.tensor([prompt + generation.token_ids])
+        with torch.no_grad():
+            logits = engine.model(sequence).logits[0, len(prompt) - 1 : -1] / temperature
+        targets = torch.tensor(generation.token_ids)[:, None]
+        expected = logits.log_softmax(-1).gather(-1, targets).squeeze(-1)
+        assert torch.allclose(torch.tensor(generation.logprobs), expected, atol=1e-5)

@@ -147,12 +147,16 @@ def test_tool_result_tokens_never_receive_gradient(episode):
     ]
     samples[1].advantage = -0.5
     trainer.update(samples)
+    # Both rows are one group, so the trainer runs the prompt before the model's first token once
+    # (shared prefix); the last lm_head call covers the rest of the sequence, tool results included.
     logits_grad = captured[-1].grad[0]
+    shared = len(sequence.input_ids) - logits_grad.shape[0]
+    assert shared == sequence.loss_mask.index(1) - 1
     next_is_own = torch.tensor(sequence.loss_mask[1:] + [0], dtype=torch.bool)
-    assert torch.all(logits_grad[~next_is_own] == 0)
-    assert torch.all(logits_grad[next_is_own].abs().sum(-1) > 0)
+    assert torch.all(logits_grad[~next_is_own[shared:]] == 0)
+    assert torch.all(logits_grad[next_is_own[shared:]].abs().sum(-1) > 0)
     tool_result_start = episode["hf"].tokenizer.decode(sequence.input_ids).index("Adjusted APAC")
-    assert tool_result_start > 0 and (~next_is_own).sum() > next_is_own.sum()
+    assert tool_result_start > 0 and (~next_is_own[shared:]).sum() > next_is_own.sum()
 
 
 def test_a_template_that_rewrites_earlier_turns_is_refused(model_dir, tmp_path):

@@ -71,6 +71,37 @@ def test_micro_batches_accumulate_to_the_same_gradient_as_one_batch(model, reduc
     assert torch.allclose(grads[0], grads[1], atol=1e-6)
 
 
+@pytest.mark.parametrize("mini_batches", [1, 2])
+def test_running_each_groups_prompt_once_trains_exactly_like_the_padded_batch(model, mini_batches):
+    """The shared-prefix forward (one prompt pass per group) against plain padded rows."""
+    items = batch() + [
+        sample([1, 7, 8, 9, 19], [22, 23, 2], 0.4, 3),  # a group of one: nothing to share
+        # A group whose answers start alike: only the prompt is shared, never a trained token.
+        sample([1, 7, 10], [22, 2], 0.2, 4),
+        sample([1, 7, 10], [22, 24, 2], -0.2, 4),
+    ]
+    outcomes = []
+    for share in (True, False):
+        copy_ = copy.deepcopy(model)
+        trainer = Trainer(
+            copy_,
+            algorithm=AlgorithmSpec(),
+            optimizer=OptimizerSpec(lr=1e-2, weight_decay=0.0),
+            batch=BatchSpec(mini_batches=mini_batches),
+            share_prefixes=share,
+        )
+        metrics = trainer.update(items)
+        grads = torch.cat([p.grad.flatten() for p in copy_.parameters() if p.grad is not None])
+        weights = torch.cat([p.detach().flatten() for p in copy_.parameters()])
+        outcomes.append((metrics, grads, weights))
+    (shared, shared_grads, shared_weights), (padded, padded_grads, padded_weights) = outcomes
+    assert padded_grads.abs().sum() > 0
+    assert torch.allclose(shared_grads, padded_grads, atol=1e-5)
+    assert torch.allclose(shared_weights, padded_weights, atol=1e-5)
+    for name in ("entropy", "ratio_mean", "policy_loss", "clip_ratio"):
+        assert shared[name] == pytest.approx(padded[name], abs=1e-5)
+
+
 def test_a_positive_advantage_makes_the_sampled_answer_more_likely_and_a_negative_one_less(model):
     items = batch()
     before = [sequence_logprob(model, item) for item in items[:2]]
