@@ -51,10 +51,14 @@ class Sandbox(ABC):
     @abstractmethod
     async def start(self) -> None: ...
 
-    @abstractmethod
-    async def run_solution(
-        self, script: str, *, timeout_sec: float | None = None
-    ) -> tuple[str, str, int]: ...
+    async def run_solution(self, script: str, *, timeout_sec: float | None = None) -> tuple[str, str, int]:
+        """Run the oracle's solve.py in the jail, current folder = work folder; may write output/."""
+        stdout, stderr, returncode, limit_hit = await self._run_code(
+            script, {}, timeout_sec or self.config.python_timeout_sec
+        )
+        if limit_hit:
+            stderr += f"\n[solution stopped at its {limit_hit} limit]"
+        return stdout, stderr, returncode
 
     @abstractmethod
     async def _run_code(

@@ -84,15 +84,6 @@ class LocalSandbox(Sandbox):
         )
         return result.stdout, result.stderr, result.returncode, result.limit_hit
 
-    async def run_solution(self, script: str, *, timeout_sec: float | None = None) -> tuple[str, str, int]:
-        """Run the oracle's solve.py in the jail, current folder = work folder; may write output/."""
-        stdout, stderr, returncode, limit_hit = await self._run_code(
-            script, {}, timeout_sec or self.config.python_timeout_sec
-        )
-        if limit_hit:
-            stderr += f"\n[solution stopped at its {limit_hit} limit]"
-        return stdout, stderr, returncode
-
     async def close(self) -> None:
         if self._connection is not None:
             await self._connection.close()
