@@ -48,8 +48,16 @@ class Sandbox(ABC):
     async def __aexit__(self, *exc_info) -> None:
         await self.close()
 
+    async def start(self) -> None:
+        """Start the backend; a failed start cleans up after itself before the error propagates."""
+        try:
+            await self._start()
+        except BaseException:
+            await self.close()
+            raise
+
     @abstractmethod
-    async def start(self) -> None: ...
+    async def _start(self) -> None: ...
 
     async def run_solution(self, script: str, *, timeout_sec: float | None = None) -> tuple[str, str, int]:
         """Run the oracle's solve.py in the jail, current folder = work folder; may write output/."""

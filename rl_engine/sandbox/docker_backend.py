@@ -53,13 +53,6 @@ class DockerSandbox(Sandbox):
         self._container = None
         self._root: Path | None = None
 
-    async def start(self) -> None:
-        try:
-            await self._start()
-        except BaseException:
-            await self.close()
-            raise
-
     async def _start(self) -> None:
         began = time.perf_counter()
         client = await asyncio.to_thread(docker_client)

@@ -33,13 +33,6 @@ class LocalSandbox(Sandbox):
         self._bwrap: str | None = None
         self._root: Path | None = None
 
-    async def start(self) -> None:
-        try:
-            await self._start()
-        except BaseException:
-            await self.close()
-            raise
-
     async def _start(self) -> None:
         began = time.perf_counter()
         try:
