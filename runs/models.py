@@ -1,0 +1,226 @@
+"""Runs, the events the engine sends back, and what the dashboards read from them.
+
+A Run is launched in the browser or the API, dispatched by a Celery task to Ray (docs/runs.md) and
+filled by ingestion: every engine event is stored once per (run, seq) in RunEvent, and the events
+that dashboards read are also spread into indexed rows (StepMetric, Rollout, Checkpoint). A
+rollout's summary is a narrow, indexed row; its body (turns, verdicts, output files) lives apart in
+RolloutBody so lists never load transcripts.
+
+Writes go through runs/services, reads through runs/selectors; models hold no business logic.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+
+from tasks_authoring.models import TaskSet, TaskVersion
+
+
+class RunKind(models.TextChoices):
+    EVAL = "eval", "Evaluation"
+    VALIDATE = "validate", "Validation"
+    TRAIN = "train", "Training"
+
+
+class RunStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    STARTING = "starting", "Starting"
+    RUNNING = "running", "Running"
+    CANCELLING = "cancelling", "Cancelling"
+    CANCELLED = "cancelled", "Cancelled"
+    FAILED = "failed", "Failed"
+    SUCCEEDED = "succeeded", "Succeeded"
+
+
+ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.STARTING, RunStatus.RUNNING, RunStatus.CANCELLING)
+FINAL_STATUSES = (RunStatus.CANCELLED, RunStatus.FAILED, RunStatus.SUCCEEDED)
+
+
+class RunSplit(models.TextChoices):
+    TRAIN = "train", "Train split"
+    EVAL = "eval", "Eval split"
+    ALL = "all", "Whole set"
+
+
+class Run(models.Model):
+    # The engine's run id: carried by every event, the Ray job's submission id and the ingest URL.
+    uuid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    name = models.CharField(max_length=200)
+    kind = models.CharField(max_length=10, choices=RunKind.choices)
+    status = models.CharField(max_length=12, choices=RunStatus.choices, default=RunStatus.QUEUED)
+    status_reason = models.TextField(blank=True, help_text="Why it failed or was cancelled.")
+    task_set = models.ForeignKey(TaskSet, on_delete=models.PROTECT, related_name="runs")
+    split = models.CharField(max_length=5, choices=RunSplit.choices, default=RunSplit.EVAL)
+    spec = models.JSONField(help_text="The RunSpec as launched (task folders filled in at dispatch).")
+    launched_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="runs")
+    cloned_from = models.ForeignKey("self", on_delete=models.SET_NULL, null=True, blank=True)
+    engine_version = models.CharField(max_length=40, blank=True)
+    ray_address = models.CharField(max_length=300, blank=True)
+    ray_job_id = models.CharField(max_length=100, blank=True)
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    last_event_at = models.DateTimeField(null=True, blank=True)
+
+    # Progress and the latest figures, kept by ingestion so the run list never aggregates.
+    steps_total = models.PositiveIntegerField(default=0)
+    steps_done = models.PositiveIntegerField(default=0)
+    rollouts_expected = models.PositiveIntegerField(default=0)
+    rollouts_done = models.PositiveIntegerField(default=0)
+    events_received = models.PositiveIntegerField(default=0)
+    last_seq = models.PositiveBigIntegerField(default=0, help_text="Highest event seq stored.")
+    latest_reward = models.FloatField(null=True, blank=True)
+    latest_pass_at_1 = models.FloatField(null=True, blank=True)
+    harness_error_rate = models.FloatField(null=True, blank=True)
+    harness_errors = models.PositiveIntegerField(
+        default=0, help_text="Final rollouts that ended in a harness error (the rate's numerator)."
+    )
+    events_rejected = models.PositiveIntegerField(default=0)
+    ingest_rejections = models.JSONField(
+        default=list, blank=True, help_text="The latest rejected events: {seq, type, reason, at}, newest last."
+    )
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(fields=["status", "-created_at"]),
+            models.Index(fields=["launched_by", "-created_at"]),
+            models.Index(fields=["kind", "-created_at"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.get_kind_display().lower()}, {self.status})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in ACTIVE_STATUSES
+
+    @property
+    def progress(self) -> float:
+        """Fraction done, 0..1: steps for training, rollouts for the others."""
+        if self.kind == RunKind.TRAIN and self.steps_total:
+            return min(1.0, self.steps_done / self.steps_total)
+        if self.rollouts_expected:
+            return min(1.0, self.rollouts_done / self.rollouts_expected)
+        return 1.0 if self.status == RunStatus.SUCCEEDED else 0.0
+
+
+class RunTaskVersion(models.Model):
+    """The exact task versions a run used (by content hash), so a run can always say what it ran."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="task_versions")
+    version = models.ForeignKey(TaskVersion, on_delete=models.PROTECT, related_name="run_uses")
+    split = models.CharField(max_length=5)
+    content_hash = models.CharField(max_length=64)
+    bundle_name = models.CharField(max_length=200, help_text="The bundle name the engine reports.")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "version"], name="unique_run_version")]
+        indexes = [models.Index(fields=["run", "content_hash"])]
+
+
+class RunEvent(models.Model):
+    """Every event once per (run, seq). Rollout bodies are not repeated here: they live in Rollout."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    seq = models.PositiveBigIntegerField()
+    type = models.CharField(max_length=20)
+    payload = models.JSONField(default=dict)
+    emitted_at = models.DateTimeField()
+    received_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="unique_run_event_seq")]
+        indexes = [models.Index(fields=["run", "type", "seq"])]
+
+
+class MetricSplit(models.TextChoices):
+    TRAIN = "train", "Training step"
+    EVAL = "eval", "Evaluation"
+
+
+class StepMetric(models.Model):
+    """One step's metrics (train) or one evaluation's (eval, at the step it ran after)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="step_metrics")
+    split = models.CharField(max_length=5, choices=MetricSplit.choices, default=MetricSplit.TRAIN)
+    step = models.PositiveIntegerField()
+    metrics = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "split", "step"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "split", "step"], name="unique_run_split_step")
+        ]
+
+
+class Rollout(models.Model):
+    """The summary row of one rollout attempt: every filterable field is an indexed column."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="rollouts")
+    seq = models.PositiveBigIntegerField(help_text="The event that carried it.")
+    split = models.CharField(max_length=5, default=MetricSplit.TRAIN)
+    step = models.PositiveIntegerField(default=0)
+    task_version = models.ForeignKey(
+        TaskVersion, on_delete=models.PROTECT, null=True, blank=True, related_name="rollouts"
+    )
+    task_name = models.CharField(max_length=200)
+    task_hash = models.CharField(max_length=64)
+    sample = models.PositiveIntegerField(default=0)
+    attempt = models.PositiveIntegerField(default=1)
+    # The attempt that counts for its (step, task, sample): not a harness error that was retried.
+    final = models.BooleanField(default=True)
+    outcome = models.CharField(max_length=20)
+    error_code = models.CharField(max_length=40, blank=True)
+    message = models.TextField(blank=True)
+    reward = models.FloatField(null=True, blank=True)
+    passed = models.BooleanField(null=True, blank=True)
+    score = models.FloatField(null=True, blank=True)
+    turns = models.PositiveIntegerField(default=0)
+    tokens = models.PositiveIntegerField(default=0)
+    duration_sec = models.FloatField(default=0.0)
+    timings = models.JSONField(default=dict)
+    policy = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "seq"]
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="unique_rollout_seq")]
+        indexes = [
+            models.Index(fields=["run", "step"]),
+            models.Index(fields=["run", "final", "step"]),
+            models.Index(fields=["run", "outcome", "step"]),
+            models.Index(fields=["run", "error_code"]),
+            models.Index(fields=["run", "task_version"]),
+            models.Index(fields=["task_version", "run"]),
+            models.Index(fields=["run", "passed"]),
+            models.Index(fields=["run", "reward"]),
+        ]
+
+
+class RolloutBody(models.Model):
+    """The transcript and verdicts of a rollout, loaded on demand; `turns` is a list read per index."""
+
+    rollout = models.OneToOneField(Rollout, on_delete=models.CASCADE, primary_key=True, related_name="body")
+    turns = models.JSONField(default=list)
+    verdicts = models.JSONField(default=list)
+    final_answer = models.TextField(null=True, blank=True)
+    output_files = models.JSONField(default=list)
+    error_detail = models.TextField(blank=True)
+
+
+class Checkpoint(models.Model):
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
+    step = models.PositiveIntegerField()
+    path = models.CharField(max_length=500)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["run", "step"]
+        constraints = [models.UniqueConstraint(fields=["run", "step"], name="unique_run_checkpoint")]
