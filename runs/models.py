@@ -187,6 +187,7 @@ class Rollout(models.Model):
     duration_sec = models.FloatField(default=0.0)
     timings = models.JSONField(default=dict)
     policy = models.CharField(max_length=200, blank=True)
+    label = models.CharField(max_length=20, blank=True, help_text="The current reviewer label (RolloutLabel).")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -201,6 +202,9 @@ class Rollout(models.Model):
             models.Index(fields=["task_version", "run"]),
             models.Index(fields=["run", "passed"]),
             models.Index(fields=["run", "reward"]),
+            models.Index(fields=["run", "label"]),
+            models.Index(fields=["outcome", "error_code", "-created_at"]),
+            models.Index(fields=["label", "-created_at"]),
         ]
 
 
@@ -224,3 +228,63 @@ class Checkpoint(models.Model):
     class Meta:
         ordering = ["run", "step"]
         constraints = [models.UniqueConstraint(fields=["run", "step"], name="unique_run_checkpoint")]
+
+
+class LabelKind(models.TextChoices):
+    GOOD = "good", "Good"
+    GRADER_WRONG = "grader_wrong", "Grader wrong"
+    HARNESS_BUG = "harness_bug", "Harness bug"
+    TASK_AMBIGUOUS = "task_ambiguous", "Task ambiguous"
+    REWARD_HACKING = "reward_hacking", "Reward hacking"
+
+
+class RolloutLabel(models.Model):
+    """A reviewer's verdict on a trace. Append-only: a change adds a row, so the history stays;
+    the rollout's current label is copied into `Rollout.label` for filtering."""
+
+    rollout = models.ForeignKey(Rollout, on_delete=models.CASCADE, related_name="labels")
+    label = models.CharField(max_length=20, choices=LabelKind.choices, blank=True, help_text="Blank: cleared.")
+    note = models.TextField(blank=True)
+    author = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="rollout_labels")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["rollout", "-created_at", "-pk"]
+        indexes = [models.Index(fields=["rollout", "-created_at"])]
+
+
+class TraceExportFormat(models.TextChoices):
+    ROLLOUTS_JSONL = "jsonl", "Rollouts (JSONL)"
+    ATIF = "atif", "ATIF trajectories (JSONL)"
+    METRICS_CSV = "metrics_csv", "Step metrics (CSV)"
+
+
+class TraceExportStatus(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    RUNNING = "running", "Running"
+    DONE = "done", "Done"
+    FAILED = "failed", "Failed"
+
+
+def trace_export_upload_to(job: TraceExport, filename: str) -> str:
+    return f"trace-exports/{job.owner_id}/{job.pk}/{filename}"
+
+
+class TraceExport(models.Model):
+    """An export of a filtered rollout list (or a run's metrics), written by a Celery worker with progress."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="trace_exports")
+    format = models.CharField(max_length=12, choices=TraceExportFormat.choices)
+    filters = models.JSONField(default=dict, help_text="The rollout-list filters, as in the URL.")
+    label = models.CharField(max_length=300, help_text="What is exported, in words.")
+    status = models.CharField(max_length=10, choices=TraceExportStatus.choices, default=TraceExportStatus.QUEUED)
+    done = models.PositiveIntegerField(default=0)
+    total = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+    file = models.FileField(upload_to=trace_export_upload_to, max_length=300, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["owner", "-created_at"])]
