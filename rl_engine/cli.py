@@ -1,10 +1,16 @@
-"""`python -m rl_engine eval|train`: evaluate a policy on a folder of task bundles, or run a train spec.
+"""`python -m rl_engine eval|validate|train`: evaluate a policy on task bundles, validate the tasks, or train.
 
     eval --tasks DIR --policy P [...]        flags as below
     eval SPEC.json [--tasks DIR] [--out F]   an eval spec (RunSpec, kind "eval"): tasks.eval_dir,
                                              agent/model/inference, evaluation.samples_per_task,
                                              sandboxes_per_worker as concurrency, sandbox, judge
+    validate SPEC.json [--tasks DIR] [...]   a validate spec: the oracle and the null agent on every
+                                             task (tasks.eval_dir and tasks.train_dir); a sound task
+                                             is passed by the oracle and failed by the null agent
     train SPEC.json [--tasks DIR] [--out F] [--events-url URL] [--resume] [--run-dir D] [--run-id ID]
+
+With --run-dir, eval and validate write their events file there (RUN_DIR/events.jsonl) rather than
+in the current folder, so a Ray job's working directory stays read-only.
 
 Exit codes: 0 when the run ran (harness errors are reported in the table and the events, not
 raised), 1 when it could not run (an invalid spec — every problem is printed —, no tasks folder,
@@ -27,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from rl_engine.agent import HFPolicy, NullPolicy, OpenAIPolicy, OraclePolicy, Policy, ScriptedPolicy
-from rl_engine.evaluate import evaluate, format_summary, load_bundles
+from rl_engine.evaluate import EvalSummary, evaluate, format_summary, load_bundles
 from rl_engine.events import EventDeliveryError, EventEmitter, EventFanout, HttpSink, JsonlSink
 from rl_engine.grading import JudgeConfig
 from rl_engine.rollout import RolloutConfig
@@ -51,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--model", default="default", help="model name sent to an openai: endpoint")
     run.add_argument("--samples", type=_positive_int, default=1, help="rollouts per task")
     run.add_argument("--concurrency", type=_positive_int, default=4, help="rollouts at the same time")
-    run.add_argument("--out", type=Path, default=Path("events.jsonl"), help="events file (JSONL, appended)")
+    run.add_argument("--out", type=Path, help="events file, JSONL, appended (default: RUN_DIR/events.jsonl)")
+    run.add_argument("--run-dir", type=Path, help="the run's output folder (default: the current folder)")
     run.add_argument("--events-url", help="also POST events to this URL (token: PRACTICUM_EVENTS_TOKEN)")
     run.add_argument("--run-id", default=None, help="run id carried by every event (default: a new UUID)")
     run.add_argument("--judge-url", help="OpenAI-compatible base URL for llm_judge criteria")
@@ -61,6 +68,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--isolation", choices=["auto", "bwrap", "none"], default="auto")
     run.add_argument("--temperature", type=float, default=0.0, help="hf: and openai: sampling temperature")
+
+    validate = commands.add_parser(
+        "validate", help="run the oracle and the null agent on every task of a spec"
+    )
+    validate.add_argument("spec", type=Path, help="the run spec (JSON, kind validate)")
+    validate.add_argument("--tasks", type=Path, help="folder of task bundles (sets tasks.eval_dir)")
+    validate.add_argument(
+        "--run-dir", type=Path, help="the run's output folder (default: the current folder)"
+    )
+    validate.add_argument("--out", type=Path, help="events file, JSONL (default: RUN_DIR/events.jsonl)")
+    validate.add_argument("--events-url", help="also POST events to this URL (token: PRACTICUM_EVENTS_TOKEN)")
+    validate.add_argument(
+        "--run-id", default=None, help="run id carried by every event (default: a new UUID)"
+    )
 
     train = commands.add_parser("train", help="run a train spec: rollouts, updates, evaluation, checkpoints")
     train.add_argument("spec", type=Path, help="the run spec (JSON, kind train)")
@@ -83,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "train":
             return asyncio.run(_train(args))
+        if args.command == "validate":
+            return asyncio.run(_validate(args))
         return asyncio.run(_eval(args))
     except SpecError as error:
         print(f"error: {error}", file=sys.stderr)
@@ -140,10 +163,8 @@ async def _eval(args: argparse.Namespace) -> int:
 
         judge, sandbox_config = judge_config(spec), spec.sandbox
     run_id = args.run_id or uuid.uuid4().hex
-    sinks = [JsonlSink(args.out)]
-    if args.events_url:
-        sinks.append(HttpSink(args.events_url, token=os.environ.get("PRACTICUM_EVENTS_TOKEN", "")))
-    events = EventFanout([EventEmitter(run_id, sink) for sink in sinks])
+    out = _events_file(args)
+    events = _emitters(args, run_id, out)
     cancel = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGINT, cancel.set)
     summary = await evaluate(
@@ -158,14 +179,139 @@ async def _eval(args: argparse.Namespace) -> int:
         invalid_bundles=invalid,
         cancel=cancel,
     )
-    print(f"run {run_id}  policy {policy.name}  events {args.out}")
+    print(f"run {run_id}  policy {policy.name}  events {out}")
     print(format_summary(summary))
+    return await _close(events)
+
+
+def _events_file(args: argparse.Namespace) -> Path:
+    if args.out is not None:
+        return args.out
+    return (args.run_dir or Path(".")) / "events.jsonl"
+
+
+def _emitters(args: argparse.Namespace, run_id: str, out: Path) -> EventFanout:
+    sinks: list[Any] = [JsonlSink(out)]
+    if args.events_url:
+        sinks.append(HttpSink(args.events_url, token=os.environ.get("PRACTICUM_EVENTS_TOKEN", "")))
+    return EventFanout([EventEmitter(run_id, sink) for sink in sinks])
+
+
+async def _close(events: EventFanout) -> int:
     try:
         await events.close()
     except EventDeliveryError as error:
         print(f"error: the run's events were not all delivered: {error}", file=sys.stderr)
         return 1
     return 0
+
+
+class _OnePhase:
+    """Forwards one policy's events into the validation run's stream, minus its own start and finish."""
+
+    def __init__(self, events: EventFanout) -> None:
+        self.events = events
+
+    def emit(self, type: str, payload: dict[str, Any]) -> None:
+        if type not in ("run_started", "run_finished"):
+            self.events.emit(type, payload)  # type: ignore[arg-type]
+
+
+VALIDATION_POLICIES = ("oracle", "null")
+
+
+async def _validate(args: argparse.Namespace) -> int:
+    """The oracle and the null agent on every task: the oracle should pass each one, the null agent none."""
+    from rl_engine.runtime import judge_config
+
+    spec = read_spec(args.spec, kind="validate", tasks_field="eval_dir", tasks=args.tasks)
+    folders = [Path(f) for f in dict.fromkeys([spec.tasks.eval_dir, spec.tasks.train_dir]) if f]
+    bundles, invalid = [], []
+    for folder in folders:
+        if not folder.is_dir():
+            raise CannotRun(f"the tasks folder {folder} does not exist")
+        found, bad = load_bundles(folder)
+        bundles += found
+        invalid += bad
+    for bad in invalid:
+        print(f"invalid bundle {bad.path}: {bad.problem}", file=sys.stderr)
+    if not bundles:
+        raise CannotRun(
+            f"no loadable task bundle under {', '.join(map(str, folders))} ({len(invalid)} invalid)"
+        )
+    run_id = args.run_id or uuid.uuid4().hex
+    out = _events_file(args)
+    events = _emitters(args, run_id, out)
+    cancel = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGINT, cancel.set)
+    events.emit(
+        "run_started",
+        {
+            "kind": "validate",
+            "policies": list(VALIDATION_POLICIES),
+            "tasks": [b.name for b in bundles],
+            "samples": spec.evaluation.samples_per_task,
+            "invalid_bundles": len(invalid),
+        },
+    )
+    summaries = {}
+    for index, name in enumerate(VALIDATION_POLICIES):
+        summaries[name] = await evaluate(
+            bundles,
+            make_policy(name),
+            emitter=_OnePhase(events),  # type: ignore[arg-type]
+            samples=spec.evaluation.samples_per_task,
+            concurrency=spec.resources.sandboxes_per_worker,
+            sandbox_config=spec.sandbox,
+            judge=judge_config(spec),
+            rollout_config=RolloutConfig(max_attempts=spec.max_attempts),
+            invalid_bundles=invalid if index == 0 else [],  # reported once
+            cancel=cancel,
+        )
+    findings = validation_findings(summaries["oracle"], summaries["null"])
+    oracle = summaries["oracle"].model_dump(mode="json")
+    events.emit(
+        "run_finished",
+        {
+            **oracle,
+            "kind": "validate",
+            "by_policy": {name: summary.model_dump(mode="json") for name, summary in summaries.items()},
+            "findings": findings,
+        },
+    )
+    print(f"run {run_id}  validate  events {out}")
+    for name, summary in summaries.items():
+        print(f"\n== policy {name}\n{format_summary(summary)}")
+    print(
+        "\nfindings:"
+        if findings
+        else "\nfindings: none, every task is passed by the oracle and failed by null"
+    )
+    for finding in findings:
+        print(f"  {finding['task']}: {finding['problem']}")
+    return await _close(events)
+
+
+def validation_findings(oracle: EvalSummary, null: EvalSummary) -> list[dict[str, str]]:
+    """What is wrong with each task: the oracle fails it, the null agent passes it, or the harness broke."""
+    findings = []
+
+    def add(task: str, problem: str) -> None:
+        findings.append({"task": task, "problem": problem})
+
+    for task in sorted(set(oracle.per_task) | set(null.per_task)):
+        by_oracle, by_null = oracle.per_task.get(task, {}), null.per_task.get(task, {})
+        for policy, row in (("oracle", by_oracle), ("null", by_null)):
+            if row.get("harness_errors"):
+                add(task, f"{policy}: {row['harness_errors']} harness error(s)")
+        if by_oracle.get("pass_at_1") is not None and by_oracle["pass_at_1"] < 1:
+            add(task, f"the oracle does not pass it (Pass@1 {by_oracle['pass_at_1']:.2f})")
+        if by_null.get("pass_at_1"):
+            add(
+                task,
+                f"the null agent passes it (Pass@1 {by_null['pass_at_1']:.2f}): the rubric checks too little",
+            )
+    return findings
 
 
 def _apply_eval_spec(args: argparse.Namespace, spec: RunSpec) -> None:

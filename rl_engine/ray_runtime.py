@@ -42,9 +42,11 @@ from rl_engine.runtime import (
     perform_rollout,
     restore_trainer_checkpoint,
     save_trainer_checkpoint,
+    warm_start_trainer,
 )
 from rl_engine.sandbox import SandboxPool
-from rl_engine.spec import RunSpec
+from rl_engine.sequences import TokenSequence
+from rl_engine.spec import RunSpec, SftWarmStartSpec
 from rl_engine.trainer import TrainingSample
 
 # Environment the actors need from the driver's (fault injection in tests, the model cache, offline hub).
@@ -72,12 +74,16 @@ def connect(*, num_cpus: int | None = None) -> bool:
 
 class TrainerActor:
     def __init__(self, spec: RunSpec, checkpoints: str) -> None:
+        self.seed = spec.seed
         self.checkpoints = Path(checkpoints)
         self.tokenizer, self.model = load_model(model_folder(spec.model), default_device())
         self.trainer = make_trainer(spec, self.model, self.tokenizer)
 
     def update(self, samples: list[TrainingSample]) -> dict[str, float]:
         return self.trainer.update(samples)
+
+    def warm_start(self, sequences: list[TokenSequence], sft: SftWarmStartSpec) -> dict[str, Any]:
+        return warm_start_trainer(self.trainer, sequences, sft, seed=self.seed)
 
     def state_dict(self) -> dict[str, Any]:
         return {name: tensor.detach().cpu() for name, tensor in self.model.state_dict().items()}
@@ -225,6 +231,12 @@ class RayRuntime:
 
     async def update(self, samples: list[TrainingSample]) -> dict[str, float]:
         return await _wait(self.trainer.update.remote(samples))
+
+    async def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        raise TrainingError("function tasks run in one process; set resources.rollout_workers to 0")
+
+    async def warm_start(self, sequences: list[TokenSequence], sft: SftWarmStartSpec) -> dict[str, Any]:
+        return await _wait(self.trainer.warm_start.remote(sequences, sft))
 
     async def sync_weights(self) -> None:
         await _wait(self.engine.load_weights.remote(self.trainer.state_dict.remote()))

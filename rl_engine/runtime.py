@@ -6,6 +6,8 @@ events, evaluation, resume) and talks to one `Runtime`:
 
     rollouts(requests) -> results     one RolloutResult per request, in order
     update(samples)    -> metrics     one policy update
+    generate(prompts, params)         token-id prompts → Generations (function tasks: no sandbox)
+    warm_start(sequences, sft)        the SFT warm start on demonstration sequences (rl_engine.sft)
     sync_weights()                    the trainer's weights into the inference engine(s)
     save(step, info) / restore(path)  checkpoints
     close()
@@ -30,12 +32,14 @@ from rl_engine.bundle import TaskBundle
 from rl_engine.checkpoint import load_checkpoint, save_checkpoint
 from rl_engine.grading import JudgeConfig
 from rl_engine.inference import SamplingParams
+from rl_engine.inference.base import Generation
 from rl_engine.inference.hf import HFEngine, default_device
 from rl_engine.inference.policy import BatchingEngine, EnginePolicy
 from rl_engine.rollout import RolloutConfig, run_rollout
 from rl_engine.sandbox import SandboxConfig, SandboxPool
 from rl_engine.sequences import TokenSequence
-from rl_engine.spec import ModelSpec, RunSpec
+from rl_engine.sft import sft_train
+from rl_engine.spec import ModelSpec, RunSpec, SftWarmStartSpec
 from rl_engine.trace import RolloutRecord
 from rl_engine.trainer import Trainer, TrainingSample
 
@@ -64,6 +68,8 @@ class Runtime(Protocol):
 
     async def rollouts(self, requests: list[RolloutRequest]) -> list[RolloutResult]: ...
     async def update(self, samples: list[TrainingSample]) -> dict[str, float]: ...
+    async def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]: ...
+    async def warm_start(self, sequences: list[TokenSequence], sft: SftWarmStartSpec) -> dict[str, Any]: ...
     async def sync_weights(self) -> None: ...
     async def save(self, step: int, info: dict[str, Any], *, keep_last: int) -> Path: ...
     async def restore(self, checkpoint: Path) -> dict[str, Any]: ...
@@ -152,6 +158,20 @@ def make_trainer(spec: RunSpec, model: Any, tokenizer: Any) -> Trainer:
     )
 
 
+def warm_start_trainer(
+    trainer: Trainer, sequences: list[TokenSequence], sft: SftWarmStartSpec, *, seed: int
+) -> dict[str, Any]:
+    return sft_train(
+        trainer.model,
+        sequences,
+        epochs=sft.epochs,
+        lr=sft.lr,
+        batch_size=sft.batch_size,
+        pad_token_id=trainer.pad_token_id,
+        seed=seed,
+    )
+
+
 def context_window(model: Any) -> int | None:
     return getattr(model.config, "max_position_embeddings", None)
 
@@ -235,6 +255,12 @@ class LocalRuntime:
 
     async def update(self, samples: list[TrainingSample]) -> dict[str, float]:
         return await asyncio.to_thread(self.trainer.update, samples)
+
+    async def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[Generation]:
+        return await asyncio.to_thread(self.engine.generate, prompts, params)
+
+    async def warm_start(self, sequences: list[TokenSequence], sft: SftWarmStartSpec) -> dict[str, Any]:
+        return await asyncio.to_thread(warm_start_trainer, self.trainer, sequences, sft, seed=self.spec.seed)
 
     async def sync_weights(self) -> None:
         self.engine.sync_from(self.model)

@@ -12,10 +12,19 @@ are therefore spelled out as Literals; a test asserts they equal `rl_engine.algo
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from rl_engine.sandbox.config import SandboxConfig
 
@@ -185,11 +194,12 @@ class ResourcesSpec(_Section):
 
 
 class SftWarmStartSpec(_Section):
-    """Supervised fine-tuning on oracle traces before RL (off by default)."""
+    """Supervised fine-tuning on oracle traces before RL step 1 (off by default; see rl_engine.sft)."""
 
     enabled: bool = False
-    epochs: int = Field(default=1, ge=1)
+    epochs: int = Field(default=1, ge=1, description="passes over the oracle traces")
     lr: float = Field(default=1e-4, gt=0)
+    batch_size: int = Field(default=8, ge=1, description="traces per optimiser step")
 
 
 class SandboxSpec(SandboxConfig):
@@ -198,9 +208,30 @@ class SandboxSpec(SandboxConfig):
     model_config = ConfigDict(extra="forbid")
 
 
+# Built-in sets of single-turn function-reward tasks (rl_engine.function_tasks; a test checks the two agree).
+BUILTIN_FUNCTION_TASKS = ("toy-green", "toy-colours")
+_IMPORT_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
+
+
 class TasksSpec(_Section):
     train_dir: str | None = Field(default=None, description="folder of task bundles to train on")
     eval_dir: str | None = Field(default=None, description="folder of task bundles to evaluate on")
+    function_tasks: str | None = Field(
+        default=None,
+        description="train on single-turn function-reward tasks instead of bundles: a built-in set "
+        f"({', '.join(BUILTIN_FUNCTION_TASKS)}) or 'package.module:name' naming a list of FunctionTask "
+        "or a function that returns one",
+    )
+
+    @field_validator("function_tasks")
+    @classmethod
+    def _a_builtin_or_an_import_path(cls, value: str | None) -> str | None:
+        if value is not None and value not in BUILTIN_FUNCTION_TASKS and not _IMPORT_PATH.match(value):
+            raise ValueError(
+                f"{value!r} is neither a built-in function-task set ({', '.join(BUILTIN_FUNCTION_TASKS)}) "
+                "nor an import path like 'package.module:name'"
+            )
+        return value
 
 
 class JudgeSpec(_Section):
@@ -390,8 +421,16 @@ def _train_needs_groups_and_own_weights(spec: Any) -> list[SpecProblem]:
 @_check("kind", "tasks")
 def _task_folders_for_the_run(spec: Any) -> list[SpecProblem]:
     tasks = spec.tasks
-    if spec.kind == "train" and not tasks.train_dir:
-        return _problem("tasks.train_dir", "a train run needs tasks.train_dir")
+    if tasks.function_tasks and spec.kind != "train":
+        return _problem(
+            "tasks.function_tasks", f"function tasks are trained on, not used by kind {spec.kind!r}"
+        )
+    if spec.kind == "train" and tasks.function_tasks and tasks.train_dir:
+        return _problem(
+            "tasks.function_tasks", "give tasks.train_dir (task bundles) or tasks.function_tasks, not both"
+        )
+    if spec.kind == "train" and not (tasks.train_dir or tasks.function_tasks):
+        return _problem("tasks.train_dir", "a train run needs tasks.train_dir or tasks.function_tasks")
     if spec.kind == "eval" and not tasks.eval_dir:
         return _problem("tasks.eval_dir", "an eval run needs tasks.eval_dir")
     if spec.kind == "validate" and not (tasks.eval_dir or tasks.train_dir):
@@ -406,10 +445,26 @@ def _an_eval_split_for_periodic_evaluation(spec: Any) -> list[SpecProblem]:
     return []
 
 
-@_check("kind", "sft_warm_start")
+@_check("kind", "sft_warm_start", "tasks")
 def _warm_start_only_when_training(spec: Any) -> list[SpecProblem]:
     if spec.sft_warm_start.enabled and spec.kind != "train":
         return _problem(
             "sft_warm_start.enabled", f"a warm start belongs to a train run, not to kind {spec.kind!r}"
+        )
+    if spec.sft_warm_start.enabled and spec.tasks.function_tasks:
+        return _problem(
+            "sft_warm_start.enabled",
+            "the warm start learns from oracle traces of task bundles; function tasks have no oracle",
+        )
+    return []
+
+
+@_check("tasks", "resources")
+def _function_tasks_run_in_process(spec: Any) -> list[SpecProblem]:
+    if spec.tasks.function_tasks and spec.resources.rollout_workers:
+        # Function tasks need no sandbox: generation and scoring happen in the driver's process.
+        return _problem(
+            "resources.rollout_workers",
+            "function tasks run in one process (no sandboxes); set rollout_workers to 0",
         )
     return []

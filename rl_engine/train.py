@@ -30,20 +30,19 @@ import random
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-import torch
-
-from rl_engine.algorithms import (
-    ADVANTAGE_ESTIMATORS,
-    harness_error_validity,
-    registry_get,
-    zero_variance_keep,
-)
 from rl_engine.bundle import TaskBundle
 from rl_engine.checkpoint import latest_checkpoint
 from rl_engine.evaluate import load_bundles
 from rl_engine.events import EventEmitter, EventSink, JsonlSink
+from rl_engine.function_tasks import (
+    FunctionTask,
+    FunctionTaskError,
+    load_function_tasks,
+    prompt_ids,
+    score_generations,
+)
 from rl_engine.inference import SamplingParams
 from rl_engine.metrics import rollout_metrics
 from rl_engine.outcomes import Outcome
@@ -54,15 +53,18 @@ from rl_engine.runtime import (
     Runtime,
     TrainingError,
     create_runtime,
+    judge_config,
+    load_tokenizer,
+    model_folder,
 )
-from rl_engine.sequences import TokenSequence
-from rl_engine.spec import AlgorithmSpec, RunSpec
-from rl_engine.trainer import TrainingSample
+from rl_engine.spec import RunSpec
+from rl_engine.trainer import TrainingSample, training_samples
 
+T = TypeVar("T")
 EVENTS_FILE = "events.jsonl"
 CHECKPOINTS = "checkpoints"
 
-__all__ = ["CHECKPOINTS", "EVENTS_FILE", "TrainingError", "train"]
+__all__ = ["CHECKPOINTS", "EVENTS_FILE", "TrainingError", "train", "training_samples"]
 
 
 async def train(
@@ -99,14 +101,13 @@ class _Run:
     ) -> None:
         if spec.kind != "train":
             raise TrainingError(f"the driver runs train specs, this one is {spec.kind}")
-        if spec.sft_warm_start.enabled:
-            raise TrainingError("sft_warm_start is not available yet")
         self.spec = spec
         self.run_dir = run_dir
         self.events_file = Path(events_file) if events_file is not None else run_dir / EVENTS_FILE
         self.run_id = run_id
         self.on_step = on_step
-        self.bundles = _load_tasks(spec.tasks.train_dir, "tasks.train_dir")
+        self.function_tasks = _load_function_tasks(spec.tasks.function_tasks)
+        self.bundles = [] if self.function_tasks else _load_tasks(spec.tasks.train_dir, "tasks.train_dir")
         self.eval_bundles = (
             _load_tasks(spec.tasks.eval_dir, "tasks.eval_dir")
             if spec.tasks.eval_dir and (spec.evaluation.every_steps or spec.evaluation.at_start)
@@ -119,6 +120,7 @@ class _Run:
         self.start_step = 0
         self.resumed_from: Path | None = None
         self.reported_steps: set[int] = set()
+        self.tokenizer: Any = None
 
     async def open(self) -> None:
         self.runtime = create_runtime(self.spec, checkpoints=self.run_dir / CHECKPOINTS)
@@ -148,7 +150,7 @@ class _Run:
                 {
                     "kind": "train",
                     "spec": spec.model_dump(mode="json"),
-                    "tasks": len(self.bundles),
+                    "tasks": len(self.function_tasks or self.bundles),
                     "runtime": runtime,
                 },
             )
@@ -161,6 +163,8 @@ class _Run:
                     "runtime": runtime,
                 },
             )
+        if self.resumed_from is None and spec.sft_warm_start.enabled:
+            await self.warm_start()
         if self.resumed_from is None and self.eval_bundles and spec.evaluation.at_start:
             evaluation = await self.evaluate(0)
             if self.on_step is not None:
@@ -184,7 +188,30 @@ class _Run:
         self.emit("run_finished", {"steps": spec.max_steps, "last": metrics})
         return metrics
 
+    async def warm_start(self) -> None:
+        """SFT on oracle demonstrations of the train tasks, once, before RL step 1 (rl_engine.sft)."""
+        from rl_engine.sft import collect_demonstrations
+
+        assert self.runtime is not None
+        started = time.monotonic()
+        demonstrations = await collect_demonstrations(
+            self.bundles,
+            tokenizer=load_tokenizer(model_folder(self.spec.model)),
+            sandbox_config=self.spec.sandbox,
+            judge=judge_config(self.spec),
+            concurrency=self.spec.resources.sandboxes_per_worker,
+        )
+        if not demonstrations.sequences:
+            problems = "; ".join(f"{task}: {why}" for task, why in demonstrations.rejected.items())
+            raise TrainingError(f"sft_warm_start: no oracle trace passed its grader ({problems})")
+        metrics = await self.runtime.warm_start(demonstrations.sequences, self.spec.sft_warm_start)
+        await self.runtime.sync_weights()
+        metrics.update(sft_rejected=demonstrations.rejected, sft_time_sec=time.monotonic() - started)
+        self.emit("log", {"message": "sft warm start", "step": 0, "sft": metrics})
+
     async def step(self, step: int) -> dict[str, Any]:
+        if self.function_tasks:
+            return await self.function_step(step)
         spec = self.spec
         assert self.runtime is not None
         started = time.monotonic()
@@ -235,6 +262,50 @@ class _Run:
         }
         if step not in self.reported_steps:
             self.emit_rollouts(rollouts)
+            self.emit("step_metrics", metrics)
+        return metrics
+
+    async def function_step(self, step: int) -> dict[str, Any]:
+        """One step on single-turn function-reward tasks: one batched generation, no sandbox, no rollout events."""
+        spec = self.spec
+        assert self.runtime is not None and self.function_tasks
+        started = time.monotonic()
+        if self.tokenizer is None:
+            self.tokenizer = load_tokenizer(model_folder(spec.model))
+        tasks = _tasks_for_step(self.function_tasks, spec.seed, step, spec.batch.prompts_per_step)
+        n = spec.batch.samples_per_prompt
+        prompts = prompt_ids(tasks, self.tokenizer, n)
+        generations = await self.runtime.generate(prompts, self.sampling(step, spec.sampling.temperature))
+        generated = time.monotonic()
+        result = score_generations(
+            tasks,
+            prompts,
+            generations,
+            samples_per_prompt=n,
+            algorithm=spec.algorithm,
+            generate_sec=generated - started,
+        )
+        trainer_metrics = await self.runtime.update(result.samples)
+        await self.runtime.sync_weights()
+        valid = [reward for reward in result.rewards if reward is not None]
+        invalid = len(result.rewards) - len(valid)
+        metrics: dict[str, Any] = {
+            "step": step,
+            "reward_mean": _mean(valid),
+            "pass_at_1": None,  # a function reward has no pass / fail
+            "score_mean": _mean(valid),
+            # A reward function that fails is this task type's harness error (the grader's REWARD_INVALID).
+            "harness_error_rate": invalid / len(result.rewards),
+            "harness_errors_by_code": {"REWARD_INVALID": invalid} if invalid else {},
+            "response_tokens_mean": result.completion_tokens / len(generations),
+            **result.counts,
+            **trainer_metrics,
+            "time_rollout_sec": generated - started,
+            "time_generate_sec": generated - started,
+            "time_train_sec": time.monotonic() - generated,
+            "data_cursor": step * spec.batch.prompts_per_step,
+        }
+        if step not in self.reported_steps:
             self.emit("step_metrics", metrics)
         return metrics
 
@@ -332,54 +403,6 @@ class _Run:
                 await self.extra.close()
 
 
-def training_samples(
-    sequences: list[TokenSequence | None],
-    rewards: list[float | None],
-    *,
-    samples_per_prompt: int,
-    algorithm: AlgorithmSpec,
-) -> tuple[list[TrainingSample], dict[str, int]]:
-    """Trainer samples from one step's rollouts, in prompt-group order (`samples_per_prompt` each).
-
-    A reward of None is a failed sample (harness error, cancelled, invalid reward): masked with its
-    group or alone (`harness_error_masking`), outside every mean and std. Then the zero-variance
-    filter and the advantages, by name from the spec. Returns the samples and what was dropped."""
-    group_ids = torch.tensor([index // samples_per_prompt for index in range(len(sequences))])
-    failed = torch.tensor([reward is None for reward in rewards])
-    values = torch.tensor([reward if reward is not None else 0.0 for reward in rewards], dtype=torch.float32)
-    valid = harness_error_validity(group_ids, failed, policy=algorithm.harness_error_masking)
-    keep = (
-        zero_variance_keep(values, group_ids, valid, tol=algorithm.zero_variance_tol)
-        if algorithm.zero_variance_filter
-        else valid
-    )
-    estimator = registry_get(ADVANTAGE_ESTIMATORS, algorithm.advantage_estimator, "advantage estimator")
-    advantages = estimator(
-        values, group_ids, valid, norm_by_std=algorithm.norm_adv_by_std, epsilon=algorithm.advantage_epsilon
-    )
-    samples = []
-    for index, sequence in enumerate(sequences):
-        if not keep[index] or sequence is None or not sequence.model_tokens:
-            continue
-        samples.append(
-            TrainingSample(
-                input_ids=sequence.input_ids,
-                loss_mask=sequence.loss_mask,
-                rollout_logprobs=sequence.logprobs,
-                advantage=float(advantages[index]),
-                group_id=int(group_ids[index]),
-            )
-        )
-    groups = int(group_ids.max()) + 1 if len(sequences) else 0
-    counts = {
-        "samples_trained": len(samples),
-        "masked_groups": groups - len(set(group_ids[valid].tolist())),
-        "masked_samples": int((~valid).sum()),
-        "zero_variance_groups": len(set(group_ids[valid].tolist())) - len(set(group_ids[keep].tolist())),
-    }
-    return samples, counts
-
-
 def _load_tasks(location: str | None, field: str) -> list[TaskBundle]:
     folder = Path(location or "")
     if not folder.is_dir():
@@ -393,14 +416,23 @@ def _load_tasks(location: str | None, field: str) -> list[TaskBundle]:
     return bundles
 
 
-def _tasks_for_step(bundles: list[TaskBundle], seed: int, step: int, count: int) -> list[TaskBundle]:
+def _load_function_tasks(name: str | None) -> list[FunctionTask] | None:
+    if name is None:
+        return None
+    try:
+        return load_function_tasks(name)
+    except FunctionTaskError as error:
+        raise TrainingError(str(error)) from error
+
+
+def _tasks_for_step(tasks: list[T], seed: int, step: int, count: int) -> list[T]:
     """Items step·count … step·count + count − 1 of an endless stream of seeded permutations."""
     chosen = []
     for position in range((step - 1) * count, step * count):
-        epoch, offset = divmod(position, len(bundles))
-        order = list(range(len(bundles)))
+        epoch, offset = divmod(position, len(tasks))
+        order = list(range(len(tasks)))
         random.Random(seed * 7919 + epoch).shuffle(order)
-        chosen.append(bundles[order[offset]])
+        chosen.append(tasks[order[offset]])
     return chosen
 
 

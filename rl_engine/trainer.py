@@ -27,21 +27,27 @@ import copy
 import math
 import random
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 
 from rl_engine.algorithms import (
+    ADVANTAGE_ESTIMATORS,
     KL_ESTIMATORS,
     LOSS_REDUCTIONS,
     LOSSES_WITHOUT_OLD_LOG_PROBS,
     POLICY_LOSSES,
     PolicyLossParams,
+    harness_error_validity,
     registry_get,
+    zero_variance_keep,
 )
 from rl_engine.metrics import MetricMeans
 from rl_engine.spec import AlgorithmSpec, BatchSpec, OptimizerSpec
+
+if TYPE_CHECKING:
+    from rl_engine.sequences import TokenSequence
 
 
 @dataclass
@@ -91,6 +97,54 @@ class _SharedPrefix:
     suffix_mask: Tensor  # (B, S)
 
 
+def training_samples(
+    sequences: list[TokenSequence | None],
+    rewards: list[float | None],
+    *,
+    samples_per_prompt: int,
+    algorithm: AlgorithmSpec,
+) -> tuple[list[TrainingSample], dict[str, int]]:
+    """Trainer samples from one step's rollouts, in prompt-group order (`samples_per_prompt` each).
+
+    A reward of None is a failed sample (harness error, cancelled, invalid reward): masked with its
+    group or alone (`harness_error_masking`), outside every mean and std. Then the zero-variance
+    filter and the advantages, by name from the spec. Returns the samples and what was dropped."""
+    group_ids = torch.tensor([index // samples_per_prompt for index in range(len(sequences))])
+    failed = torch.tensor([reward is None for reward in rewards])
+    values = torch.tensor([reward if reward is not None else 0.0 for reward in rewards], dtype=torch.float32)
+    valid = harness_error_validity(group_ids, failed, policy=algorithm.harness_error_masking)
+    keep = (
+        zero_variance_keep(values, group_ids, valid, tol=algorithm.zero_variance_tol)
+        if algorithm.zero_variance_filter
+        else valid
+    )
+    estimator = registry_get(ADVANTAGE_ESTIMATORS, algorithm.advantage_estimator, "advantage estimator")
+    advantages = estimator(
+        values, group_ids, valid, norm_by_std=algorithm.norm_adv_by_std, epsilon=algorithm.advantage_epsilon
+    )
+    samples = []
+    for index, sequence in enumerate(sequences):
+        if not keep[index] or sequence is None or not sequence.model_tokens:
+            continue
+        samples.append(
+            TrainingSample(
+                input_ids=sequence.input_ids,
+                loss_mask=sequence.loss_mask,
+                rollout_logprobs=sequence.logprobs,
+                advantage=float(advantages[index]),
+                group_id=int(group_ids[index]),
+            )
+        )
+    groups = int(group_ids.max()) + 1 if len(sequences) else 0
+    counts = {
+        "samples_trained": len(samples),
+        "masked_groups": groups - len(set(group_ids[valid].tolist())),
+        "masked_samples": int((~valid).sum()),
+        "zero_variance_groups": len(set(group_ids[valid].tolist())) - len(set(group_ids[keep].tolist())),
+    }
+    return samples, counts
+
+
 class Trainer:
     def __init__(
         self,
@@ -103,6 +157,7 @@ class Trainer:
         pad_token_id: int = 0,
         seed: int = 0,
         share_prefixes: bool = True,
+        autocast_dtype: torch.dtype | None | str = "auto",
     ) -> None:
         self.model = model
         self.share_prefixes = share_prefixes
@@ -137,7 +192,11 @@ class Trainer:
         # The frozen reference exists only when the KL term is on.
         self.reference = copy.deepcopy(model).eval().requires_grad_(False) if algorithm.kl_coef > 0 else None
         self.rng = random.Random(seed)
-        self.autocast_dtype = torch.bfloat16 if self.device.type == "cuda" else None
+        # "auto": bf16 autocast on CUDA, fp32 elsewhere; a CPU with bf16 matrix units (AMX) may ask
+        # for torch.bfloat16 too. The weights stay fp32 (master weights) either way.
+        if autocast_dtype == "auto":
+            autocast_dtype = torch.bfloat16 if self.device.type == "cuda" else None
+        self.autocast_dtype = autocast_dtype
 
     # ------------------------------------------------------------------------------------------
 
@@ -248,7 +307,9 @@ class Trainer:
                 logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1]
             else:
                 logits = _shared_prefix_logits(model, batch.shared, batch.targets.shape[1])
-        logits = logits.float() / self.temperature
+        logits = logits.float()
+        if self.temperature != 1.0:
+            logits = logits / self.temperature
         log_norm = torch.logsumexp(logits, dim=-1)
         log_probs = logits.gather(-1, batch.targets[..., None]).squeeze(-1) - log_norm
         entropy = None

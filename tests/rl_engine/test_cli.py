@@ -290,8 +290,3 @@ def test_a_run_that_cannot_run_exits_non_zero_with_the_reason(
     folder = {"missing": tmp_path / "missing", "empty": tmp_path / "empty", "healthy": healthy_tasks}[tasks]
     result = run_cli("eval", "--tasks", str(folder), *args, "--out", str(tmp_path / "e.jsonl"))
     assert result.returncode == code and message in result.stderr
-
-
-def test_validate_is_not_offered_yet():
-    result = run_cli("validate", "--help")
-    assert result.returncode == 2 and "invalid choice: 'validate'" in result.stderr

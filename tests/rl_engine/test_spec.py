@@ -78,6 +78,11 @@ class TestValidSpecs:
         spec = parse_run_spec(spec_with(inference={"backend": "vllm"}, resources={"gpus_per_engine": 1}))
         assert spec.inference.backend == "vllm"
 
+    def test_a_train_run_may_take_function_tasks_instead_of_bundles(self):
+        for name in ("toy-colours", "my_project.rewards:TASKS"):
+            spec = parse_run_spec({**TRAIN, "tasks": {"function_tasks": name}})
+            assert spec.tasks.function_tasks == name and spec.tasks.train_dir is None
+
     def test_the_sandbox_section_is_the_harness_sandbox_config(self):
         spec = parse_run_spec(spec_with(sandbox={"isolation": "bwrap", "memory_mb": 512}))
         assert isinstance(spec.sandbox, SandboxConfig) and spec.sandbox.memory_mb == 512
@@ -109,7 +114,7 @@ class TestInvalidSpecs:
             "is split across updates",
             "resources.gpus_per_engine": "the vllm backend needs at least 1 GPU per engine",
             "batch.samples_per_prompt": "group advantages need at least 2 samples per prompt",
-            "tasks.train_dir": "a train run needs tasks.train_dir",
+            "tasks.train_dir": "a train run needs tasks.train_dir or tasks.function_tasks",
         }
 
     def test_the_error_message_lists_every_problem(self):
@@ -165,6 +170,37 @@ class TestInvalidSpecs:
         assert problems == {
             "sft_warm_start.enabled": "a warm start belongs to a train run, not to kind 'eval'"
         }
+
+    def test_a_warm_start_needs_task_bundles_for_its_oracle(self):
+        problems = refused(spec_with(tasks={"function_tasks": "toy-green"}, sft_warm_start={"enabled": True}))
+        assert "function tasks have no oracle" in problems["sft_warm_start.enabled"]
+
+    def test_function_tasks_are_a_builtin_set_or_an_import_path(self):
+        problems = refused(spec_with(tasks={"function_tasks": "my tasks.py"}))
+        assert problems == {
+            "tasks.function_tasks": "'my tasks.py' is neither a built-in function-task set (toy-green, "
+            "toy-colours) nor an import path like 'package.module:name'"
+        }
+
+    def test_function_tasks_replace_the_train_folder_and_are_for_training_only(self):
+        both = refused(spec_with(tasks={"train_dir": "t", "function_tasks": "toy-green"}))
+        assert both == {
+            "tasks.function_tasks": "give tasks.train_dir (task bundles) or tasks.function_tasks, not both"
+        }
+        evaluation = refused(
+            {
+                "kind": "eval",
+                "model": {"path": "/m"},
+                "tasks": {"eval_dir": "e", "function_tasks": "toy-green"},
+            }
+        )
+        assert evaluation == {
+            "tasks.function_tasks": "function tasks are trained on, not used by kind 'eval'"
+        }
+        on_ray = refused(
+            {**TRAIN, "tasks": {"function_tasks": "toy-green"}, "resources": {"rollout_workers": 2}}
+        )
+        assert "rollout_workers to 0" in on_ray["resources.rollout_workers"]
 
     def test_a_train_run_trains_the_model_not_a_baseline(self):
         assert "not the oracle agent" in refused(spec_with(agent="oracle"))["agent"]

@@ -183,3 +183,18 @@ def test_it_trains_under_bf16_autocast_on_cuda(model_dir):
     trainer = make_trainer(model)
     assert trainer.autocast_dtype == torch.bfloat16
     assert trainer.update(batch())["grad_norm"] > 0
+
+
+def test_bf16_autocast_can_be_asked_for_on_a_cpu_and_keeps_fp32_master_weights(model):
+    trainer = Trainer(
+        model,
+        algorithm=AlgorithmSpec(),
+        optimizer=OptimizerSpec(lr=1e-2, weight_decay=0.0),
+        batch=BatchSpec(),
+        autocast_dtype=torch.bfloat16,
+    )
+    before = copy.deepcopy(model.state_dict())
+    metrics = trainer.update(batch())
+    assert metrics["grad_norm"] > 0 and metrics["entropy"] > 0
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    assert any(not torch.equal(before[name], value) for name, value in model.state_dict().items())
