@@ -33,6 +33,8 @@ class RunStatus(models.TextChoices):
     CANCELLED = "cancelled", "Cancelled"
     FAILED = "failed", "Failed"
     SUCCEEDED = "succeeded", "Succeeded"
+    # The in-run health gate tripped with on_trip="pause": a checkpoint is kept, a researcher resumes it.
+    PAUSED = "paused", "Paused"
 
 
 ACTIVE_STATUSES = (RunStatus.QUEUED, RunStatus.STARTING, RunStatus.RUNNING, RunStatus.CANCELLING)
@@ -52,7 +54,10 @@ class Run(models.Model):
     kind = models.CharField(max_length=10, choices=RunKind.choices)
     status = models.CharField(max_length=12, choices=RunStatus.choices, default=RunStatus.QUEUED)
     status_reason = models.TextField(blank=True, help_text="Why it failed or was cancelled.")
-    task_set = models.ForeignKey(TaskSet, on_delete=models.PROTECT, related_name="runs")
+    # Null only for a single task version's validation run (VersionValidation).
+    task_set = models.ForeignKey(
+        TaskSet, on_delete=models.PROTECT, related_name="runs", null=True, blank=True
+    )
     split = models.CharField(max_length=5, choices=RunSplit.choices, default=RunSplit.EVAL)
     spec = models.JSONField(help_text="The RunSpec as launched (task folders filled in at dispatch).")
     launched_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="runs")
@@ -65,6 +70,15 @@ class Run(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    # An admin launched a training run past a failed health gate: who, and why (docs/quality.md).
+    gate_overridden_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    gate_override_reason = models.TextField(blank=True)
+    # The reconciler's memory: since when Ray has not had the run, and how often dispatch was re-sent.
+    lost_since = models.DateTimeField(null=True, blank=True)
+    dispatch_requeues = models.PositiveSmallIntegerField(default=0)
+    last_requeued_at = models.DateTimeField(null=True, blank=True)
     last_event_at = models.DateTimeField(null=True, blank=True)
 
     # Progress and the latest figures, kept by ingestion so the run list never aggregates.
@@ -82,7 +96,9 @@ class Run(models.Model):
     )
     events_rejected = models.PositiveIntegerField(default=0)
     ingest_rejections = models.JSONField(
-        default=list, blank=True, help_text="The latest rejected events: {seq, type, reason, at}, newest last."
+        default=list,
+        blank=True,
+        help_text="The latest rejected events: {seq, type, reason, at}, newest last.",
     )
 
     class Meta:
@@ -123,6 +139,9 @@ class RunTaskVersion(models.Model):
         constraints = [models.UniqueConstraint(fields=["run", "version"], name="unique_run_version")]
         indexes = [models.Index(fields=["run", "content_hash"])]
 
+    def __str__(self) -> str:
+        return f"{self.bundle_name} ({self.content_hash[:12]}) in run {self.run_id}"
+
 
 class RunEvent(models.Model):
     """Every event once per (run, seq). Rollout bodies are not repeated here: they live in Rollout."""
@@ -137,6 +156,9 @@ class RunEvent(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "seq"], name="unique_run_event_seq")]
         indexes = [models.Index(fields=["run", "type", "seq"])]
+
+    def __str__(self) -> str:
+        return f"{self.type} #{self.seq} of run {self.run_id}"
 
 
 class MetricSplit(models.TextChoices):
@@ -155,15 +177,17 @@ class StepMetric(models.Model):
 
     class Meta:
         ordering = ["run", "split", "step"]
-        constraints = [
-            models.UniqueConstraint(fields=["run", "split", "step"], name="unique_run_split_step")
-        ]
+        constraints = [models.UniqueConstraint(fields=["run", "split", "step"], name="unique_run_split_step")]
+
+    def __str__(self) -> str:
+        return f"{self.split} step {self.step} of run {self.run_id}"
 
 
 class Rollout(models.Model):
     """The summary row of one rollout attempt: every filterable field is an indexed column."""
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="rollouts")
+    # Not indexed alone: every (run, ...) index below serves `run = X`, and (run, id) its newest first.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="rollouts", db_index=False)
     seq = models.PositiveBigIntegerField(help_text="The event that carried it.")
     split = models.CharField(max_length=5, default=MetricSplit.TRAIN)
     step = models.PositiveIntegerField(default=0)
@@ -187,13 +211,16 @@ class Rollout(models.Model):
     duration_sec = models.FloatField(default=0.0)
     timings = models.JSONField(default=dict)
     policy = models.CharField(max_length=200, blank=True)
-    label = models.CharField(max_length=20, blank=True, help_text="The current reviewer label (RolloutLabel).")
+    label = models.CharField(
+        max_length=20, blank=True, help_text="The current reviewer label (RolloutLabel)."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["run", "seq"]
         constraints = [models.UniqueConstraint(fields=["run", "seq"], name="unique_rollout_seq")]
         indexes = [
+            models.Index(fields=["run", "id"]),
             models.Index(fields=["run", "step"]),
             models.Index(fields=["run", "final", "step"]),
             models.Index(fields=["run", "outcome", "step"]),
@@ -207,6 +234,9 @@ class Rollout(models.Model):
             models.Index(fields=["label", "-created_at"]),
         ]
 
+    def __str__(self) -> str:
+        return f"{self.task_name} step {self.step} sample {self.sample} ({self.outcome})"
+
 
 class RolloutBody(models.Model):
     """The transcript and verdicts of a rollout, loaded on demand; `turns` is a list read per index."""
@@ -214,9 +244,15 @@ class RolloutBody(models.Model):
     rollout = models.OneToOneField(Rollout, on_delete=models.CASCADE, primary_key=True, related_name="body")
     turns = models.JSONField(default=list)
     verdicts = models.JSONField(default=list)
-    final_answer = models.TextField(null=True, blank=True)
+    # None means the agent gave no final answer, which is not the same as an empty one.
+    final_answer = models.TextField(null=True, blank=True)  # noqa: DJ001
     output_files = models.JSONField(default=list)
     error_detail = models.TextField(blank=True)
+    # What the trace list's text search matches (runs/search_text.py); trigram-indexed on PostgreSQL.
+    search_text = models.TextField(blank=True, default="")
+
+    def __str__(self) -> str:
+        return f"body of rollout {self.rollout_id}"
 
 
 class Checkpoint(models.Model):
@@ -228,6 +264,9 @@ class Checkpoint(models.Model):
     class Meta:
         ordering = ["run", "step"]
         constraints = [models.UniqueConstraint(fields=["run", "step"], name="unique_run_checkpoint")]
+
+    def __str__(self) -> str:
+        return f"checkpoint at step {self.step} of run {self.run_id}"
 
 
 class LabelKind(models.TextChoices):
@@ -243,14 +282,21 @@ class RolloutLabel(models.Model):
     the rollout's current label is copied into `Rollout.label` for filtering."""
 
     rollout = models.ForeignKey(Rollout, on_delete=models.CASCADE, related_name="labels")
-    label = models.CharField(max_length=20, choices=LabelKind.choices, blank=True, help_text="Blank: cleared.")
+    label = models.CharField(
+        max_length=20, choices=LabelKind.choices, blank=True, help_text="Blank: cleared."
+    )
     note = models.TextField(blank=True)
-    author = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="rollout_labels")
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="rollout_labels"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["rollout", "-created_at", "-pk"]
         indexes = [models.Index(fields=["rollout", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.label or 'cleared'} on rollout {self.rollout_id}"
 
 
 class TraceExportFormat(models.TextChoices):
@@ -273,11 +319,15 @@ def trace_export_upload_to(job: TraceExport, filename: str) -> str:
 class TraceExport(models.Model):
     """An export of a filtered rollout list (or a run's metrics), written by a Celery worker with progress."""
 
-    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="trace_exports")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="trace_exports"
+    )
     format = models.CharField(max_length=12, choices=TraceExportFormat.choices)
     filters = models.JSONField(default=dict, help_text="The rollout-list filters, as in the URL.")
     label = models.CharField(max_length=300, help_text="What is exported, in words.")
-    status = models.CharField(max_length=10, choices=TraceExportStatus.choices, default=TraceExportStatus.QUEUED)
+    status = models.CharField(
+        max_length=10, choices=TraceExportStatus.choices, default=TraceExportStatus.QUEUED
+    )
     done = models.PositiveIntegerField(default=0)
     total = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True)
@@ -288,3 +338,99 @@ class TraceExport(models.Model):
     class Meta:
         ordering = ["-created_at"]
         indexes = [models.Index(fields=["owner", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.get_format_display()} export ({self.status})"
+
+
+class ValidationStatus(models.TextChoices):
+    PENDING = "pending", "Pending"
+    RUNNING = "running", "Running"
+    PASSED = "passed", "Passed"
+    FAILED = "failed", "Failed"
+    ERROR = "error", "Could not run"
+
+
+class VersionValidation(models.Model):
+    """One validation of one task version (on submit for review, or on demand): a checklist whose
+    items each say ok or why not, backed by a validate run whose rollouts are the evidence."""
+
+    version = models.ForeignKey(TaskVersion, on_delete=models.CASCADE, related_name="validations")
+    run = models.OneToOneField(
+        Run, on_delete=models.SET_NULL, null=True, blank=True, related_name="validation"
+    )
+    status = models.CharField(
+        max_length=10, choices=ValidationStatus.choices, default=ValidationStatus.PENDING
+    )
+    trigger = models.CharField(max_length=10, help_text="submit or manual")
+    requested_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    # [{"key", "label", "ok", "reason", "rollout_id"}], in the order the checklist shows them.
+    checks = models.JSONField(default=list, blank=True)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    overridden_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    override_reason = models.TextField(blank=True)
+    overridden_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["version", "-created_at", "-pk"]
+        indexes = [models.Index(fields=["version", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"validation of {self.version} ({self.status})"
+
+
+class CriterionReview(models.Model):
+    """A reviewer confirms or overturns the grader's verdict on one criterion of one rollout.
+    Append-only; the latest row per (rollout, criterion, reviewer) counts."""
+
+    rollout = models.ForeignKey(Rollout, on_delete=models.CASCADE, related_name="criterion_reviews")
+    criterion_id = models.CharField(max_length=100)
+    criterion_kind = models.CharField(max_length=30)
+    judge_model = models.CharField(max_length=200, blank=True, help_text="For llm_judge criteria.")
+    grader_met = models.BooleanField()
+    reviewer_met = models.BooleanField()
+    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    note = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["rollout", "criterion_id", "-created_at", "-pk"]
+        indexes = [
+            models.Index(fields=["rollout", "criterion_id", "-created_at"]),
+            models.Index(fields=["criterion_kind", "judge_model"]),
+        ]
+
+    def __str__(self) -> str:
+        verdict = "confirmed" if self.grader_met == self.reviewer_met else "overturned"
+        return f"{self.criterion_id} {verdict} on rollout {self.rollout_id}"
+
+
+class DifficultyBand(models.TextChoices):
+    TOO_EASY = "too_easy", "Too easy (all pass)"
+    EASY = "easy", "Easy"
+    MEDIUM = "medium", "Medium"
+    HARD = "hard", "Hard"
+    TOO_HARD = "too_hard", "Too hard (none pass)"
+
+
+class TaskDifficulty(models.Model):
+    """A task's measured difficulty, from the pass rate of a chosen reference run (filterable)."""
+
+    task = models.OneToOneField(
+        "tasks_authoring.Task", on_delete=models.CASCADE, related_name="measured_difficulty"
+    )
+    band = models.CharField(max_length=10, choices=DifficultyBand.choices)
+    pass_rate = models.FloatField()
+    samples = models.PositiveIntegerField()
+    reference_run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="+")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["band"])]
+
+    def __str__(self) -> str:
+        return f"{self.task} is {self.band} ({self.pass_rate:.0%})"

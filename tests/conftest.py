@@ -127,3 +127,32 @@ def page(monkeypatch):
         yield context.new_page()
         context.close()
         browser.close()
+
+
+@pytest.fixture(scope="session")
+def live_runs_stack(django_db_setup, live_server, live_ray_cluster, tmp_path_factory):
+    """Runs end to end: a Ray head, the web server (the engine posts events to it) and a `runs` worker with
+    beat reconciling every second. Yields the RunsWorker (kill / start it again); the stack's addresses are
+    in its `env`."""
+    from django.db import connection
+
+    from webapp.testing.services import RunsWorker
+
+    env = dict(
+        os.environ,
+        DATABASE_URL=_database_url(connection.settings_dict),
+        RAY_ADDRESS=live_ray_cluster.jobs_address,
+        RAY_AUTH_MODE="disabled",
+        PRACTICUM_PUBLIC_URL=live_server.url,
+        RUN_RECONCILE_SECONDS="1",
+    )
+    from webapp.celery import app
+
+    with app.connection_for_write() as conn:  # messages left by an earlier session are for runs gone since
+        conn.default_channel.queue_purge("runs")
+    worker = RunsWorker(env, Path(tmp_path_factory.mktemp("runs-worker")))
+    worker.start()
+    try:
+        yield worker
+    finally:
+        worker.stop()

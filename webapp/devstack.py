@@ -1,4 +1,4 @@
-"""Starts and stops the local stack behind the README's first command: Ray head, Celery worker, web server.
+"""Starts and stops the local stack behind the README's first command: Ray head, judge, Celery worker + beat, web.
 
 Each child runs in its own process group so that stopping it also stops everything it spawned
 (Ray's head alone is a dozen processes); nothing is left running after Ctrl-C.
@@ -37,16 +37,26 @@ class DevStack:
     ray_dashboard_port: int = 8265
     ray_cpus: int = 2
     start_ray: bool = True
+    # The local llm_judge endpoint that the demo's run specs point at (rl_engine/judge_server.py).
+    judge_port: int | None = 8790
+    judge_model: str = "smollm2-135m-instruct"
     children: list[Child] = field(default_factory=list)
 
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}/"
 
+    @property
+    def judge_url(self) -> str:
+        return f"http://127.0.0.1:{self.judge_port}/v1"
+
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.setdefault("RAY_AUTH_MODE", "disabled")
         env["PRACTICUM_VAR_DIR"] = str(self.var_dir)
+        env.setdefault("PRACTICUM_PUBLIC_URL", self.url.rstrip("/"))
+        if self.judge_port:
+            env.setdefault("PRACTICUM_JUDGE_URL", self.judge_url)
         env["PYTHONUNBUFFERED"] = "1"
         return env
 
@@ -87,7 +97,26 @@ class DevStack:
             )
             env["RAY_ADDRESS"] = f"http://127.0.0.1:{self.ray_dashboard_port}"
             self._wait_for(f"{env['RAY_ADDRESS']}/api/version", "ray", timeout=90)
-        on_status("starting a Celery worker ...")
+        if self.judge_port:
+            on_status(f"starting the local judge ({self.judge_model}) on port {self.judge_port} ...")
+            self._spawn(
+                "judge",
+                [
+                    sys.executable,
+                    "-m",
+                    "rl_engine.judge_server",
+                    "--model",
+                    self.judge_model,
+                    "--port",
+                    str(self.judge_port),
+                    "--threads",
+                    "1",
+                ],
+                env,
+            )
+            self._wait_for(f"{self.judge_url}/models", "judge", timeout=180)
+        on_status("starting a Celery worker (with beat: the runs reconciler) ...")
+        (self.var_dir / "celery").mkdir(parents=True, exist_ok=True)
         self._spawn(
             "celery",
             [
@@ -97,6 +126,9 @@ class DevStack:
                 "worker",
                 "--loglevel=INFO",
                 "--concurrency=2",
+                "--queues=celery,runs",
+                "--beat",
+                f"--schedule={self.var_dir / 'celery' / 'beat-schedule'}",
                 "--hostname=practicum@%h",
                 "--without-mingle",
                 "--without-gossip",

@@ -46,6 +46,9 @@ NAVIGATION: list[tuple[str, str, tuple[Role, ...]]] = [
     ("Tasks", "tasks_authoring:task_list", (Role.EXPERT, Role.RESEARCHER, Role.REVIEWER)),
     ("Review queue", "tasks_authoring:review_queue", (Role.REVIEWER,)),
     ("Task sets", "tasks_authoring:task_set_list", (Role.RESEARCHER, Role.REVIEWER)),
+    ("Runs", "runs:run_list", (Role.EXPERT, Role.RESEARCHER, Role.REVIEWER)),
+    ("Traces", "runs:trace_list", (Role.EXPERT, Role.RESEARCHER, Role.REVIEWER)),
+    ("Quality", "runs:quality", (Role.RESEARCHER, Role.REVIEWER)),
     ("Health", "health", (Role.ADMIN,)),
     ("Admin", "admin:index", (Role.ADMIN,)),
 ]

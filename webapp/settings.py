@@ -3,6 +3,7 @@ the defaults are the embedded ones: SQLite, a file-system Celery broker, local R
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import dj_database_url
@@ -28,6 +29,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_htmx",
     "template_partials",
+    "ninja",  # serves the API docs' Swagger UI from our own static files, not a CDN
     "webapp",
     "tasks_authoring",
     "runs",
@@ -144,6 +146,35 @@ IMPORT_MAX_ENTRIES = env_int("IMPORT_MAX_ENTRIES", 5000)
 FILE_UPLOAD_MAX_MEMORY_SIZE = env_int("FILE_UPLOAD_MAX_MEMORY_SIZE", 256 * 1024)
 
 RAY_ADDRESS = env_str("RAY_ADDRESS", "")
+
+# Runs (docs/runs.md, "Dispatch"): each run's job folder and outputs live in RUNS_DIR/<uuid>/; on a
+# real cluster RUNS_DIR must be storage that the Celery workers and every Ray node share.
+RUNS_DIR = Path(env_str("RUNS_DIR", str(VAR_DIR / "runs"))).resolve()
+# The URL the engine posts its events to (the Ray job must reach it).
+PRACTICUM_PUBLIC_URL = env_str("PRACTICUM_PUBLIC_URL", "http://127.0.0.1:8000")
+# The Python that runs `python -m rl_engine` in a Ray job; the default suits a head on this machine.
+RAY_JOB_PYTHON = env_str("RAY_JOB_PYTHON", sys.executable)
+PRACTICUM_JUDGE_URL = env_str("PRACTICUM_JUDGE_URL", "http://127.0.0.1:8790/v1")
+# The model the rubric editor's "Try the rubric" panel asks for; the built-in judge answers to "default".
+PRACTICUM_JUDGE_MODEL = env_str("PRACTICUM_JUDGE_MODEL", "default")
+# Bounds each judge call and the whole try-it grading, so the panel answers within seconds.
+RUBRIC_TRY_TIMEOUT_SECONDS = env_int("RUBRIC_TRY_TIMEOUT_SECONDS", 20)
+RUN_RECONCILE_SECONDS = env_int("RUN_RECONCILE_SECONDS", 5)
+# A run whose cluster does not answer, or whose job Ray does not know, for this long is failed.
+RUN_LOST_AFTER_SECONDS = env_int("RUN_LOST_AFTER_SECONDS", 60)
+# Dispatch and reconcile have their own queue: its workers must reach Ray and RUNS_DIR (docs/operations.md).
+# Only tasks named "runs.tasks.*" go there; a runs task that needs no Ray takes another name.
+CELERY_TASK_ROUTES = {"runs.tasks.*": {"queue": "runs"}}
+CELERY_BEAT_SCHEDULE = {
+    "runs-reconcile": {
+        "task": "runs.tasks.runs_reconcile",
+        "schedule": float(RUN_RECONCILE_SECONDS),
+        # A reconcile that waited longer than one period is stale: the next one is already due.
+        "options": {"expires": float(RUN_RECONCILE_SECONDS)},
+    }
+}
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celery" / "beat-schedule")
+(VAR_DIR / "celery").mkdir(parents=True, exist_ok=True)  # beat cannot create its schedule's folder
 HEALTH_TIMEOUT_SECONDS = env_int("HEALTH_TIMEOUT_SECONDS", 3)
 
 if not DEBUG:

@@ -1,10 +1,13 @@
 from django.contrib.auth.decorators import login_required
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import render
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.cache import never_cache
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_POST
 
+from webapp.api_tokens import ApiTokenError, api_token_create, api_token_revoke
 from webapp.health import run_health_checks
+from webapp.models import ApiToken
 from webapp.roles import Role, has_role, require_role, roles_of
 
 _HOME_LIST_LENGTH = 5
@@ -51,3 +54,41 @@ def health(request: HttpRequest) -> HttpResponse:
     if request.htmx:
         return render(request, "webapp/health.html#checks", context)
     return render(request, "webapp/health.html", context)
+
+
+@login_required
+@never_cache
+def profile(request: HttpRequest) -> HttpResponse:
+    """Who I am, my roles, and my personal API tokens."""
+    return _render_profile(request)
+
+
+@login_required
+@require_POST
+def api_token_new(request: HttpRequest) -> HttpResponse:
+    try:
+        token, raw = api_token_create(user=request.user, name=request.POST.get("name", ""))
+    except ApiTokenError as error:
+        return _render_profile(request, error=str(error), name=request.POST.get("name", ""), status=400)
+    return _render_profile(request, new_token=token, raw_token=raw)
+
+
+@login_required
+@require_POST
+def api_token_revoke_view(request: HttpRequest, pk: int) -> HttpResponse:
+    token = get_object_or_404(ApiToken, pk=pk, user=request.user)  # another user's token is a 404
+    api_token_revoke(token=token, user=request.user)
+    if request.htmx:
+        return _render_profile(request)
+    return redirect("profile")
+
+
+def _render_profile(request: HttpRequest, *, status: int = 200, **context) -> HttpResponse:
+    """The whole page, or only the token panel for htmx; a new token's secret is rendered this once."""
+    context |= {
+        "tokens": ApiToken.objects.filter(user=request.user),
+        "roles": sorted(roles_of(request.user)),
+        "api_docs_url": reverse("api:openapi-view"),
+    }
+    template = "webapp/profile.html#tokens" if request.htmx else "webapp/profile.html"
+    return render(request, template, context, status=status)

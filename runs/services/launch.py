@@ -89,7 +89,9 @@ def _validated(kind: str, task_set: TaskSet, split: str, spec: dict[str, Any]) -
     used = _used_members(kind, split, _members(task_set, split))
     problems: list[SpecProblem] = []
     if kind == RunKind.TRAIN and not used[Split.TRAIN]:
-        problems.append(SpecProblem(loc="task_set", message=f"{task_set.name} has no tasks in its train split"))
+        problems.append(
+            SpecProblem(loc="task_set", message=f"{task_set.name} has no tasks in its train split")
+        )
     if kind != RunKind.TRAIN and not used[Split.EVAL]:
         problems.append(
             SpecProblem(loc="split", message=f"{task_set.name} has no tasks in the {split} split")

@@ -12,6 +12,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from runs.selectors import task_run_results
 from tasks_authoring import selectors, services
 from tasks_authoring.errors import AuthoringError
 from tasks_authoring.forms import PAGE_SIZE, TaskCreateForm, TaskFilterForm
@@ -64,7 +65,7 @@ def task_list(request: HttpRequest) -> HttpResponse:
         "sort_marks": _sort_marks(filters["sort"]),
         "can_create": has_role(request.user, Role.EXPERT),
         "can_build_sets": has_role(request.user, Role.RESEARCHER),
-        "filtered": any(filters[key] for key in ("q", "domain", "status", "owner")),
+        "filtered": any(filters[key] for key in ("q", "domain", "status", "owner", "band")),
     }
     if request.htmx and not request.htmx.boosted:
         return render(request, "tasks_authoring/task_list.html#results", context)
@@ -130,6 +131,7 @@ def task_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "can_export": version.state == VersionState.APPROVED,
         "can_archive": _can_archive(request, task),
         "tab": "overview",
+        "run_results": task_run_results(user=request.user, task=task),
     }
     return render(request, "tasks_authoring/task_detail.html", context)
 

@@ -1,8 +1,9 @@
-"""The README's first command starts everything, serves the login page with all-green health, and
-Ctrl-C leaves no process behind."""
+"""The README's first command starts everything, serves the login page with all-green health, leaves a
+finished evaluation run and a finished short training run on the demo, and Ctrl-C leaves no process behind."""
 
 import os
 import signal
+import sqlite3
 import subprocess
 import time
 from pathlib import Path
@@ -33,7 +34,25 @@ def _processes_with(marker: str) -> list[str]:
     return found
 
 
-@pytest.mark.timeout(400)
+def _demo_runs(var_dir: Path) -> dict[str, tuple[str, str]]:
+    with sqlite3.connect(f"file:{var_dir / 'practicum.sqlite3'}?mode=ro", uri=True) as db:
+        return {
+            name: (status, reason)
+            for name, status, reason in db.execute("SELECT name, status, status_reason FROM runs_run")
+        }
+
+
+def _wait_for_finished_runs(var_dir: Path, timeout: float) -> dict[str, tuple[str, str]]:
+    deadline = time.monotonic() + timeout
+    while True:
+        runs = _demo_runs(var_dir)
+        done = runs and all(status in ("succeeded", "failed", "cancelled") for status, _ in runs.values())
+        if done or time.monotonic() > deadline:
+            return runs
+        time.sleep(2)
+
+
+@pytest.mark.timeout(600)
 def test_the_first_command_serves_login_with_green_health_and_stops_cleanly(tmp_path):
     var_dir = tmp_path / "var"
     env = {k: v for k, v in os.environ.items() if k not in SERVICE_VARIABLES}
@@ -46,6 +65,7 @@ def test_the_first_command_serves_login_with_green_health_and_stops_cleanly(tmp_
             f"--ray-port={free_port()}",
             f"--ray-dashboard-port={free_port()}",
             "--ray-cpus=1",
+            f"--judge-port={free_port()}",
         ],
         cwd=ROOT,
         env=env,
@@ -74,6 +94,14 @@ def test_the_first_command_serves_login_with_green_health_and_stops_cleanly(tmp_
         assert "Log in to Practicum" in login.text
         health = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=30).json()
         assert health["ok"] is True, health
+
+        assert "launched the demo run 'Demo: oracle on the knowledge-work tasks'" in transcript
+        assert "launched the demo run 'Demo: GRPO on the toy colours'" in transcript
+        runs = _wait_for_finished_runs(var_dir, timeout=240)
+        assert runs == {
+            "Demo: oracle on the knowledge-work tasks": ("succeeded", ""),
+            "Demo: GRPO on the toy colours": ("succeeded", ""),
+        }
     finally:
         process.send_signal(signal.SIGINT)
         rest, _ = process.communicate(timeout=60)

@@ -37,30 +37,39 @@ def free_port() -> int:
 
 @contextmanager
 def celery_worker(
-    env: dict[str, str], log_path: Path, *, ready_timeout: float = 60
+    env: dict[str, str],
+    log_path: Path,
+    *,
+    ready_timeout: float = 60,
+    name: str = "test",
+    queues: str | None = None,
+    beat_schedule: Path | None = None,
 ) -> Iterator[subprocess.Popen]:
-    """A real `celery worker` process; ready once it answers a broadcast ping."""
+    """A real `celery worker` process (on `queues`, with beat when `beat_schedule` is given); ready once it
+    answers a ping addressed to it by name."""
     from webapp.celery import app
 
     bin_dir = Path(sys.executable).parent
+    hostname = f"{name}-{os.getpid()}@{socket.gethostname()}"
+    argv = [
+        str(bin_dir / "celery"),
+        "-A",
+        "webapp",
+        "worker",
+        "--loglevel=INFO",
+        "--concurrency=1",
+        "--pool=prefork",
+        f"--hostname={hostname}",
+        "--without-mingle",
+        "--without-gossip",
+    ]
+    if queues:
+        argv.append(f"--queues={queues}")
+    if beat_schedule is not None:
+        argv += ["--beat", f"--schedule={beat_schedule}"]
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
-            [
-                str(bin_dir / "celery"),
-                "-A",
-                "webapp",
-                "worker",
-                "--loglevel=INFO",
-                "--concurrency=1",
-                "--pool=prefork",
-                f"--hostname=test-{os.getpid()}@%h",
-                "--without-mingle",
-                "--without-gossip",
-            ],
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+            argv, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
     try:
         deadline = time.monotonic() + ready_timeout
@@ -69,7 +78,7 @@ def celery_worker(
                 raise RuntimeError(
                     f"the Celery worker exited with {process.returncode}:\n{log_path.read_text()[-3000:]}"
                 )
-            if app.control.ping(timeout=0.5):
+            if app.control.ping(destination=[hostname], timeout=0.5):
                 break
         else:
             raise RuntimeError(
@@ -137,3 +146,40 @@ def ray_head(*, num_cpus: int = 1, ready_timeout: float = 120) -> Iterator[RayHe
     finally:
         stop_process_group(process)
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+class RunsWorker:
+    """The `runs` queue's Celery worker, with beat (the reconciler), that a test may kill and start again."""
+
+    def __init__(self, env: dict[str, str], folder: Path) -> None:
+        self.env, self.folder = env, folder
+        self.starts = 0
+        self._context = None
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> subprocess.Popen:
+        self.starts += 1
+        self._context = celery_worker(
+            self.env,
+            self.folder / f"runs-worker-{self.starts}.log",
+            name="runs",
+            queues="runs",
+            beat_schedule=self.folder / "beat-schedule",
+        )
+        self.process = self._context.__enter__()
+        return self.process
+
+    def kill(self) -> None:
+        """SIGKILL the worker's whole process group, as a crashed machine would."""
+        assert self.process is not None
+        os.killpg(self.process.pid, 9)
+        self.process.wait()
+        self.stop()
+
+    def stop(self) -> None:
+        if self._context is not None:
+            self._context.__exit__(None, None, None)
+        self._context = self.process = None
+
+    def log(self) -> str:
+        return (self.folder / f"runs-worker-{self.starts}.log").read_text(errors="replace")[-4000:]

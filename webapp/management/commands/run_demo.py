@@ -13,7 +13,10 @@ def _interrupt(_signum, _frame):
 
 
 class Command(BaseCommand):
-    help = "Migrate, create the demo content, and run Ray, a Celery worker and the web server until Ctrl-C."
+    help = (
+        "Migrate, create the demo content, run Ray, the local judge, a Celery worker (with beat) and the web "
+        "server until Ctrl-C; on the first start, launch the demo's evaluation and training runs."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
@@ -23,6 +26,13 @@ class Command(BaseCommand):
             "--ray-dashboard-port", type=int, default=int(os.environ.get("RAY_DASHBOARD_PORT", "8265"))
         )
         parser.add_argument("--ray-cpus", type=int, default=int(os.environ.get("RAY_NUM_CPUS", "2")))
+        parser.add_argument(
+            "--judge-port",
+            type=int,
+            default=int(os.environ.get("JUDGE_PORT", "8790")),
+            help="port of the local llm_judge server; 0 starts none",
+        )
+        parser.add_argument("--no-demo-runs", action="store_true", help="do not launch the demo runs")
 
     def handle(self, *args, **options):
         call_command("migrate", interactive=False, verbosity=0)
@@ -35,12 +45,15 @@ class Command(BaseCommand):
             ray_port=options["ray_port"],
             ray_dashboard_port=options["ray_dashboard_port"],
             ray_cpus=options["ray_cpus"],
+            judge_port=options["judge_port"] or None,
         )
         # SIGTERM is treated like Ctrl-C so a supervisor (or a test) stops everything the same way.
         signal.signal(signal.SIGTERM, _interrupt)
         exited = None
         try:
             stack.start(on_status=lambda line: self.stdout.write(line))
+            if not options["no_demo_runs"]:
+                self._launch_demo_runs(stack)
             self.stdout.write(self.style.SUCCESS(f"Practicum is running at {stack.url}  (Ctrl-C stops it)"))
             self.stdout.write(f"Logs: {settings.VAR_DIR / 'logs'}")
             exited = stack.wait()
@@ -53,3 +66,13 @@ class Command(BaseCommand):
             raise CommandError(
                 f"{exited.name} exited with code {exited.process.returncode}; see {exited.log_path}"
             )
+
+    def _launch_demo_runs(self, stack: DevStack) -> None:
+        """First start only: an oracle evaluation and a short training run, executed in the background on Ray."""
+        from django.contrib.auth.models import User
+
+        from runs.demo import demo_runs_ensure
+
+        judge_url = stack.judge_url if stack.judge_port else None
+        for run in demo_runs_ensure(researcher=User.objects.get(username="researcher"), judge_url=judge_url):
+            self.stdout.write(f"launched the demo run {run.name!r} (it runs in the background)")

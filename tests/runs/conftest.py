@@ -1,0 +1,40 @@
+"""Fixtures of the runs tests: a task set of approved versions and runs launched on it."""
+
+from __future__ import annotations
+
+import pytest
+
+from runs.services.launch import run_launch
+from tasks_authoring.services.task_sets import task_set_create
+from tests.tasks_authoring.data_helpers import approve, draft_with_rubric
+
+
+@pytest.fixture(autouse=True)
+def fast_password_hashing(settings):
+    """Personas are made per test; the default hasher would spend most of the suite's time on them."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def two_task_set(expert, reviewer, researcher):
+    """Two approved tasks of the expert's, one per split."""
+    versions = [approve(draft_with_rubric(expert, title=f"Question {i}"), expert, reviewer) for i in range(2)]
+    return task_set_create(
+        owner=researcher, name="Two questions", versions=versions, eval_fraction=0.5, seed=7
+    )
+
+
+@pytest.fixture
+def launch(researcher, two_task_set, monkeypatch):
+    """Launch a run on the two-task set without dispatching it: these tests feed it events themselves."""
+    monkeypatch.setattr("runs.services.launch._enqueue", lambda name, pk: None)
+
+    def make(kind: str = "eval", *, user=None, **spec):
+        if kind == "train":
+            spec = {"model": {"builtin": "tiny-llama"}, "max_steps": 3, **spec}
+        else:
+            spec = {"agent": "oracle", **spec}
+        split = "train" if kind == "train" else "eval"
+        return run_launch(user=user or researcher, kind=kind, task_set=two_task_set, split=split, spec=spec)
+
+    return make
