@@ -12,8 +12,10 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 
 @app.on_configure.connect
 def _configure_filesystem_broker(sender: Celery, **_kwargs) -> None:
-    # The embedded broker keeps its queues in folders under var/; they must exist before use.
-    from django.conf import settings
+    # The embedded broker keeps its queues in folders under var/; they must exist before use. The settings
+    # module, not django.conf.settings: a test that overrides the broker URL while the app happens to be
+    # configured must not leave the real file-system broker without its folders.
+    from webapp import settings
 
     if not settings.CELERY_BROKER_URL.startswith("filesystem://"):
         return

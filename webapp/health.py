@@ -69,14 +69,30 @@ def _check_broker() -> str:
     return f"{_broker_label()} reachable"
 
 
+# Every queue needs a consumer: "celery" runs extraction and exports, "runs" dispatches and reconciles runs.
+REQUIRED_QUEUES = ("celery", "runs")
+
+
 def _check_workers() -> str:
     from webapp.celery import app
 
-    replies = app.control.ping(timeout=min(1.5, settings.HEALTH_TIMEOUT_SECONDS))
+    timeout = min(1.5, settings.HEALTH_TIMEOUT_SECONDS)
+    replies = app.control.ping(timeout=timeout)
     if not replies:
         raise RuntimeError("no Celery worker answered a ping; start one with `celery -A webapp worker`")
     names = sorted(name for reply in replies for name in reply)
-    return f"{len(names)} worker(s) answering: {', '.join(names)}"
+    served = {
+        queue["name"]
+        for queues in (app.control.inspect(timeout=timeout).active_queues() or {}).values()
+        for queue in queues
+    }
+    missing = [queue for queue in REQUIRED_QUEUES if queue not in served]
+    if missing:
+        raise RuntimeError(
+            f"no worker consumes the queue(s) {', '.join(missing)}; start one with "
+            f"`celery -A webapp worker -Q {','.join(REQUIRED_QUEUES)}` ({len(names)} worker(s) answering)"
+        )
+    return f"{len(names)} worker(s) answering, queues {', '.join(sorted(served))}: {', '.join(names)}"
 
 
 def _check_ray() -> str:

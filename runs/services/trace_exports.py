@@ -96,8 +96,11 @@ def filtered_rollouts(*, user, filters: dict[str, Any]) -> QuerySet[Rollout]:
 def describe_filters(filters: Mapping[str, Any]) -> str:
     if not filters:
         return "every rollout you can read"
-    words = {True: "yes", False: "no"}
-    return ", ".join(f"{name} {words.get(value, value)}" for name, value in filters.items())
+    def word(value: Any) -> Any:
+        # Only real booleans: run=1 must not read "run yes" (1 == True in a dict lookup).
+        return ("yes" if value else "no") if isinstance(value, bool) else value
+
+    return ", ".join(f"{name} {word(value)}" for name, value in filters.items())
 
 
 def _enqueue(export: TraceExport) -> None:

@@ -1,4 +1,4 @@
-"""The run page (a live partial polled every 3 s until the run ends), cancel, driver logs, the rollout page."""
+"""The run page (a live partial polled every 3 s until the run ends), cancel, driver logs."""
 
 from __future__ import annotations
 
@@ -11,12 +11,15 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from rl_engine.metrics import pass_at_k
 from runs import selectors
+from runs.health_gate_selectors import run_gate_trip
 from runs.models import RunKind, RunStatus
 from runs.permissions import can_cancel_run
+from runs.services.dispatch import run_logs_tail
 from runs.services.launch import RunLaunchError
 from runs.services.launch import run_cancel as run_cancel_service
 from runs.views import charts
@@ -26,7 +29,6 @@ from webapp.roles import Role, has_role
 # htmx stops polling on this status: the run has ended and the page will not change any more.
 STOP_POLLING = 286
 TASK_SORTS = ("task", "pass", "reward", "trend", "errors")
-TURNS_PAGE = 10
 # A live run's per-task table may be this many seconds old (it is the page's costly query).
 TASK_TABLE_MAX_AGE = 15
 
@@ -97,9 +99,11 @@ def _live_context(request: HttpRequest, run) -> dict[str, Any]:
         "harness": harness,
         "logs": selectors.run_log_events(run=run),
         "checkpoints": list(run.checkpoints.order_by("-step")[:20]),
-        "can_cancel": run.is_active
+        "can_cancel": (run.is_active or run.status == RunStatus.PAUSED)
         and run.status != RunStatus.CANCELLING
         and can_cancel_run(request.user, run),
+        "can_resume": run.status == RunStatus.PAUSED and can_cancel_run(request.user, run),
+        "gate_trip": run_gate_trip(run=run) if run.status in (RunStatus.PAUSED, RunStatus.FAILED) else None,
         "poll": run.is_active,
     }
 
@@ -128,13 +132,16 @@ def run_cancel(request: HttpRequest, pk: int) -> HttpResponse:
     run = _get_run_for_user(request, pk)
     if not can_cancel_run(request.user, run):
         raise PermissionDenied("Only the researcher who launched the run, or an admin, may cancel it")
+    was_paused = run.status == RunStatus.PAUSED
     try:
         run = run_cancel_service(run=run, user=request.user)
     except RunLaunchError as error:
         messages.error(request, f"Not cancelled: {error}.")
     else:
         if run.status == RunStatus.CANCELLED:
-            messages.success(request, "Cancelled before it started.")
+            messages.success(
+                request, "Cancelled while paused." if was_paused else "Cancelled before it started."
+            )
         else:
             messages.success(request, "Cancelling: the run's Ray work is being stopped.")
     return redirect("runs:run_detail", pk=run.pk)
@@ -145,37 +152,14 @@ def run_cancel(request: HttpRequest, pk: int) -> HttpResponse:
 def run_driver_logs(request: HttpRequest, pk: int) -> HttpResponse:
     """The tail of the driver's own output, asked of the dispatcher when the reader opens it."""
     run = _get_run_for_user(request, pk)
-    text, problem = "", ""
-    try:
-        from runs.services.dispatch import run_logs_tail
-    except ImportError:
-        problem = "Driver logs are not available in this installation."
-    else:
-        try:
-            text = run_logs_tail(run=run) or ""
-        except (
-            Exception
-        ) as error:  # Ray may be unreachable or the job gone; say so instead of failing the page
-            problem = f"Driver logs are not available: {error}"
-    return render(
-        request, "runs/run_detail.html#driver-logs", {"run": run, "driver_logs": text, "problem": problem}
-    )
+    # run_logs_tail answers "unavailable because …" itself when Ray is down or has forgotten the job.
+    text = run_logs_tail(run=run)
+    return render(request, "runs/run_detail.html#driver-logs", {"run": run, "driver_logs": text})
 
 
 @login_required
 @require_GET
 def rollout_detail(request: HttpRequest, pk: int, rollout_id: int) -> HttpResponse:
+    """Old links to a run's rollout open the trace viewer, filtered to the run so prev / next stay in it."""
     run, rollout = _get_rollout_for_user(request, pk, rollout_id)
-    raw = request.GET.get("turn", "0")
-    start = int(raw) if raw.isdigit() else 0
-    parts = selectors.rollout_body_parts(rollout=rollout, start=start, stop=start + TURNS_PAGE)
-    context = {
-        "run": run,
-        "rollout": rollout,
-        "body": parts,
-        "start": start,
-        "next_start": start + TURNS_PAGE if start + TURNS_PAGE < parts["turn_count"] else None,
-    }
-    if request.htmx and not request.htmx.boosted:
-        return render(request, "runs/rollout_detail.html#turns", context)
-    return render(request, "runs/rollout_detail.html", context)
+    return redirect(f"{reverse('runs:trace_detail', args=[rollout.pk])}?run={run.pk}")

@@ -7,7 +7,7 @@ import json
 import pytest
 from django.urls import reverse
 
-from tests.runs.factories import add_checkpoint, add_log, add_rollout, add_steps, make_run, turn
+from tests.runs.factories import add_checkpoint, add_log, add_rollout, add_steps, make_run
 
 pytestmark = pytest.mark.django_db
 
@@ -130,20 +130,14 @@ def test_a_queued_run_says_it_is_waiting_for_a_worker(client, researcher, two_ta
     assert "The run is queued" in page and "Cancel run" in page
 
 
-def test_the_rollout_page_loads_turns_a_page_at_a_time(client, researcher, train_run, two_task_set):
-    version = _versions(two_task_set)[0]
-    rollout = add_rollout(train_run, version, step=3, turns=[turn(i, tool="read_text") for i in range(14)])
+def test_the_old_rollout_address_opens_the_trace_viewer_within_the_run(
+    client, researcher, train_run, two_task_set
+):
+    rollout = add_rollout(train_run, _versions(two_task_set)[0], step=3)
     client.force_login(researcher)
-    url = reverse("runs:rollout_detail", args=[train_run.pk, rollout.pk])
-    response = client.get(url)
-    assert response.status_code == 200
-    assert [t["index"] for t in response.context["body"]["turns"]] == list(range(10))
-    assert "Load turns 10–19" in response.content.decode()
-    more = client.get(url, {"turn": 10}, headers={"HX-Request": "true"})
-    html = more.content.decode()
-    assert [index for index in range(14) if f'value="{index}"' in html] == [10, 11, 12, 13]
-    assert "Load turns" not in html and "read_text" in html
-    assert "<html" not in html  # only the turns, appended in place of the button
+    response = client.get(reverse("runs:rollout_detail", args=[train_run.pk, rollout.pk]))
+    assert response.status_code == 302
+    assert response["Location"] == f"{reverse('runs:trace_detail', args=[rollout.pk])}?run={train_run.pk}"
 
 
 def test_a_rollout_of_another_run_is_not_found(client, researcher, train_run, two_task_set):

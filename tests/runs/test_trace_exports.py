@@ -311,3 +311,9 @@ def test_a_real_worker_writes_the_export_and_reports_progress(live_celery_worker
 
     assert (export.status, export.done, export.total) == ("done", 3, 3), export.error
     assert len([AtifTrajectory.model_validate(line) for line in _lines(export)]) == 3
+
+
+def test_the_description_of_a_run_filter_names_the_run_not_yes():
+    from runs.services.trace_exports import describe_filters
+
+    assert describe_filters({"run": 1, "passed": True, "final": False}) == "run 1, passed yes, final no"

@@ -13,14 +13,14 @@ def ray_at(settings, live_ray_head):
 
 
 @pytest.mark.django_db(transaction=True, serialized_rollback=True)
-def test_everything_is_green_with_the_services_up(client, live_celery_worker, ray_at):
+def test_everything_is_green_with_the_services_up(client, live_celery_worker, live_runs_stack, ray_at):
     response = client.get(reverse("healthz"))
     body = response.json()
     assert response.status_code == 200, body
     assert body["ok"] is True
     assert set(body["checks"]) == {"database", "broker", "workers", "ray", "storage"}
     assert "all migrations applied" in body["checks"]["database"]["message"]
-    assert "worker(s) answering" in body["checks"]["workers"]["message"]
+    assert "worker(s) answering, queues celery, runs" in body["checks"]["workers"]["message"]
     assert body["checks"]["ray"]["message"].startswith("Ray 2.")
 
 
