@@ -11,7 +11,7 @@ from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Coalesce, Mod
 from django.shortcuts import get_object_or_404
 
-from .models import Rollout, RolloutBody, Run, RunEvent, RunTaskVersion, StepMetric
+from .models import ACTIVE_STATUSES, Rollout, RolloutBody, Run, RunEvent, RunTaskVersion, StepMetric
 from .permissions import visible_runs_q
 
 
@@ -320,3 +320,34 @@ def task_run_results(*, user, task, limit: int = 50) -> list[dict]:
         row["pass_rate"] = row["passed_count"] / row["valid"] if row["valid"] else None
         results.append({"run": run, "versions": sorted(versions.get(run.pk, [])), **row})
     return results
+
+
+def runs_for_home(*, user, limit: int = 5) -> dict:
+    """The home page's "your runs": what is still going, then what ended last."""
+    mine = Run.objects.filter(launched_by=user).select_related("task_set")
+    active = list(mine.filter(status__in=ACTIVE_STATUSES).order_by("-created_at")[:limit])
+    ended = list(
+        mine.exclude(status__in=ACTIVE_STATUSES).order_by("-created_at")[: max(0, limit - len(active))]
+    )
+    return {"active": active, "ended": ended, "count": mine.count()}
+
+
+HOME_COUNT_CAP = 1000
+# Labels that say something is wrong with a trace; "good" is not a flag.
+FLAG_LABELS = ("grader_wrong", "harness_bug", "task_ambiguous", "reward_hacking")
+
+
+def flagged_traces_for_home(*, user, limit: int = 5) -> dict:
+    """The home page's "flagged traces": the newest traces labelled as a problem, and how many
+    harness errors in the runs the user reads nobody has labelled yet."""
+    from .trace_selectors import rollouts_visible_to
+
+    visible = rollouts_visible_to(user=user)
+    flagged = visible.filter(label__in=FLAG_LABELS).select_related("run").order_by("-id")
+    # Counted up to a cap: the home page must stay fast when millions of rollouts are readable.
+    unlabelled = visible.filter(outcome=HARNESS_ERROR, label="").values("pk")[: HOME_COUNT_CAP + 1]
+    return {
+        "flagged": list(flagged[:limit]),
+        "unlabelled_harness_errors": len(unlabelled),
+        "count_cap": HOME_COUNT_CAP,
+    }

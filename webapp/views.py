@@ -15,7 +15,8 @@ _HOME_LIST_LENGTH = 5
 
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
-    """What needs me: my drafts, my versions sent back for changes, the reviews waiting for me."""
+    """What needs me: my drafts, versions sent back, reviews waiting, my runs, flagged traces."""
+    from runs import selectors as runs_selectors
     from tasks_authoring import selectors
 
     user = request.user
@@ -33,6 +34,10 @@ def home(request: HttpRequest) -> HttpResponse:
         waiting = selectors.review_queue(reviewer=user)
         context["reviews_waiting"] = list(waiting[:_HOME_LIST_LENGTH])
         context["reviews_waiting_count"] = waiting.count()
+    if has_role(user, Role.RESEARCHER):
+        context["home_runs"] = runs_selectors.runs_for_home(user=user, limit=_HOME_LIST_LENGTH)
+    if has_role(user, Role.REVIEWER, Role.RESEARCHER):
+        context["flags"] = runs_selectors.flagged_traces_for_home(user=user, limit=_HOME_LIST_LENGTH)
     return render(request, "webapp/home.html", context)
 
 

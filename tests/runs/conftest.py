@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from runs.services.launch import run_launch
-from tasks_authoring.services.task_sets import task_set_create
-from tests.tasks_authoring.data_helpers import approve, draft_with_rubric
+from tests.runs.factories import build_two_task_set
 
 
 @pytest.fixture(autouse=True)
@@ -17,11 +16,7 @@ def fast_password_hashing(settings):
 
 @pytest.fixture
 def two_task_set(expert, reviewer, researcher):
-    """Two approved tasks of the expert's, one per split."""
-    versions = [approve(draft_with_rubric(expert, title=f"Question {i}"), expert, reviewer) for i in range(2)]
-    return task_set_create(
-        owner=researcher, name="Two questions", versions=versions, eval_fraction=0.5, seed=7
-    )
+    return build_two_task_set(expert, reviewer, researcher)
 
 
 @pytest.fixture

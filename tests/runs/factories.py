@@ -221,3 +221,14 @@ def turn(index: int, role: str = "assistant", content: str = "", tool: str | Non
         else []
     )
     return {"index": index, "role": role, "content": content or f"turn {index}", "tool_calls": calls}
+
+
+def build_two_task_set(expert, reviewer, researcher) -> TaskSet:
+    """Two approved tasks of the expert's, one per split."""
+    from tasks_authoring.services.task_sets import task_set_create
+    from tests.tasks_authoring.data_helpers import approve, draft_with_rubric
+
+    versions = [approve(draft_with_rubric(expert, title=f"Question {i}"), expert, reviewer) for i in range(2)]
+    return task_set_create(
+        owner=researcher, name="Two questions", versions=versions, eval_fraction=0.5, seed=7
+    )
