@@ -13,13 +13,16 @@ sides alternating, and the figures are medians. With one thread per side (the de
 seconds per step measure the work each side does regardless of the load; wall seconds are printed
 next to them. Printed per configuration (prompts × group): CPU and wall seconds per step, steps
 per second and policy-update tokens per second (from CPU time), peak RSS, our/TRL ratio (target
-≥ 1.5), and the `hf` backend's generation tokens per second.
+≥ 1.5), and the `hf` backend's generation tokens per second and CPU seconds per step. `--decoder
+generate` runs our side with transformers' `generate` instead of the lean decode loop (the figure
+before it; TRL's side is the same either way).
 
 `--dtype bf16` compares both sides in bfloat16 (on CPUs with AMX / AVX512-BF16 matrix units):
 TRL's model is loaded in bf16 (generation and training in bf16); ours generates with a bf16 copy
 of the weights and trains fp32 master weights under bf16 autocast.
 
     .venv/bin/python bench/trainer.py [--steps 6] [--tokens 32] [--rounds 2] [--threads 1] [--dtype fp32]
+        [--decoder lean|generate]
 
 CPU only, offline, bounded (≈ 2–4 minutes on 2 shared cores).
 """
@@ -72,7 +75,9 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run_ours(model: Path, prompts: int, group: int, tokens: int, steps: int, dtype: str) -> dict:
+def run_ours(
+    model: Path, prompts: int, group: int, tokens: int, steps: int, dtype: str, decoder: str = "lean"
+) -> dict:
     import torch
 
     from rl_engine.function_tasks import FunctionTask, function_task_step
@@ -87,7 +92,7 @@ def run_ours(model: Path, prompts: int, group: int, tokens: int, steps: int, dty
     bf16 = dtype == "bf16"
     if bf16:
         engine_model = engine_model.to(torch.bfloat16)
-    engine = HFEngine(engine_model, tokenizer, max_batch_size=prompts * group)
+    engine = HFEngine(engine_model, tokenizer, max_batch_size=prompts * group, lean=decoder == "lean")
     algorithm = AlgorithmSpec(loss_reduction="token_mean", zero_variance_filter=False)
     trainer = Trainer(
         policy,
@@ -98,7 +103,7 @@ def run_ours(model: Path, prompts: int, group: int, tokens: int, steps: int, dty
         autocast_dtype=torch.bfloat16 if bf16 else None,
     )
     tasks = [FunctionTask(name=f"p{i}", prompt=PROMPTS[i], reward=reward) for i in range(prompts)]
-    times, cpu, trained, generated, generate_sec = [], [], [], 0, 0.0
+    times, cpu, generate_cpu, trained, generated, generate_sec = [], [], [], [], 0, 0.0
     for step in range(WARMUP + steps):
         params = SamplingParams(temperature=1.0, max_new_tokens=tokens, seed=step)
         started, started_cpu = time.monotonic(), time.process_time()
@@ -110,11 +115,13 @@ def run_ours(model: Path, prompts: int, group: int, tokens: int, steps: int, dty
             samples_per_prompt=group,
             algorithm=algorithm,
         )
+        generated_cpu = time.process_time() - started_cpu
         metrics = trainer.update(result.samples)
         engine.sync_from(policy)
         if step >= WARMUP:
             times.append(time.monotonic() - started)
             cpu.append(time.process_time() - started_cpu)
+            generate_cpu.append(generated_cpu)
             trained.append(metrics["tokens"])
             generated += result.completion_tokens
             generate_sec += result.generate_sec
@@ -123,6 +130,7 @@ def run_ours(model: Path, prompts: int, group: int, tokens: int, steps: int, dty
         "cpu_sec_per_step": sum(cpu) / len(cpu),
         "tokens_per_step": sum(trained) / len(trained),
         "generation_tokens_per_sec": generated / generate_sec,
+        "generation_cpu_sec_per_step": sum(generate_cpu) / len(generate_cpu),
         "peak_rss_mb": peak_rss_mb(),
     }
 
@@ -211,7 +219,7 @@ def side(name: str, model: Path, prompts: int, group: int, args: argparse.Namesp
     )
     command = [sys.executable, __file__, "--side", name, "--model", str(model), "--dtype", args.dtype]
     command += ["--prompts", str(prompts), "--group", str(group), "--tokens", str(args.tokens)]
-    command += ["--steps", str(args.steps), "--threads", threads]
+    command += ["--steps", str(args.steps), "--threads", threads, "--decoder", args.decoder]
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
     if result.returncode != 0:
         raise SystemExit(f"the {name} side failed:\n{result.stderr[-3000:]}")
@@ -231,6 +239,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="runs per side and configuration, alternating")
     parser.add_argument("--threads", type=int, default=1, help="torch threads, the same on both sides")
     parser.add_argument("--dtype", choices=["fp32", "bf16"], default="fp32", help="compute dtype, both sides")
+    parser.add_argument(
+        "--decoder",
+        choices=["lean", "generate"],
+        default="lean",
+        help="our hf backend's decode path (generate: transformers' generate, as TRL uses)",
+    )
     parser.add_argument("--side", choices=["ours", "trl"], help=argparse.SUPPRESS)
     parser.add_argument("--model", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--prompts", type=int, help=argparse.SUPPRESS)
@@ -240,14 +254,16 @@ def main() -> None:
         import torch
 
         torch.set_num_threads(args.threads)
-        run = run_ours if args.side == "ours" else run_trl
-        print(json.dumps(run(args.model, args.prompts, args.group, args.tokens, args.steps, args.dtype)))
+        figures = (args.model, args.prompts, args.group, args.tokens, args.steps, args.dtype)
+        result = run_ours(*figures, args.decoder) if args.side == "ours" else run_trl(*figures)
+        print(json.dumps(result))
         return
     with tempfile.TemporaryDirectory() as folder:
         model = build_model(Path(folder) / "model")
         print(
             f"random Llama, {args.tokens} completion tokens, {args.steps} timed steps per side and round, "
-            f"{args.rounds} rounds (medians), {args.threads} thread(s) per side, {args.dtype} (CPU)"
+            f"{args.rounds} rounds (medians), {args.threads} thread(s) per side, {args.dtype} (CPU), "
+            f"our hf decoder: {args.decoder}"
         )
         header = (
             f"{'config':<8} {'side':<5} {'cpu s/step':>10} {'wall s/step':>11} {'steps/s':>8} "
@@ -275,7 +291,8 @@ def main() -> None:
                 f"update tokens/s {(ours['tokens_per_step'] / ours['cpu_sec_per_step']) / (trl['tokens_per_step'] / trl['cpu_sec_per_step']):.2f}x "
                 f"(target ≥ 1.5x; per round {', '.join(f'{r:.2f}x' for r in ratios)}); "
                 f"wall {trl['sec_per_step'] / ours['sec_per_step']:.2f}x; "
-                f"hf generation {ours['generation_tokens_per_sec']:.0f} tokens/s"
+                f"hf generation {ours['generation_tokens_per_sec']:.0f} tokens/s, "
+                f"{ours['generation_cpu_sec_per_step']:.3f} CPU s/step (generate + score)"
             )
 
 

@@ -199,3 +199,149 @@ def test_hf_sampled_log_probs_equal_a_scoring_pass_over_the_finished_sequence(mo
         targets = torch.tensor(generation.token_ids)[:, None]
         expected = logits.log_softmax(-1).gather(-1, targets).squeeze(-1)
         assert torch.allclose(torch.tensor(generation.logprobs), expected, atol=1e-5)
+
+
+# The hf backend's lean decode loop (`inference/lean_decode.py`) against transformers itself.
+
+
+def rescored(model, prompt: list[int], generation, temperature: float, top_p: float = 1.0) -> torch.Tensor:
+    """Log-probs of the generated tokens from one forward pass over the finished sequence."""
+    from transformers.generation.logits_process import TopPLogitsWarper
+
+    sequence = torch.tensor([prompt + generation.token_ids], device=model.device)
+    with torch.no_grad():
+        logits = model(sequence).logits[0, len(prompt) - 1 : -1].float()
+    if temperature > 0:
+        logits = logits / temperature
+    if top_p < 1:
+        logits = TopPLogitsWarper(top_p)(None, logits)
+    targets = torch.tensor(generation.token_ids, device=logits.device)[:, None]
+    return logits.log_softmax(-1).gather(-1, targets).squeeze(-1).cpu()
+
+
+@pytest.fixture(scope="module")
+def lean_engine(model_dir):
+    engine = HFEngine.from_pretrained(model_dir, device="cpu")
+    assert engine.decoder == "lean"
+    return engine
+
+
+@pytest.fixture(scope="module")
+def mixed_prompts(lean_engine):
+    """Different lengths (left padding) and repeated prompts (shared prefill), as GRPO batches hold."""
+    chat = [lean_engine.prompt_ids(prompt) for prompt in PROMPTS]
+    return [chat[0], chat[0], chat[1], [5, 6, 7, 8, 9], chat[2], chat[1], chat[0]]
+
+
+def test_hf_lean_loop_gives_generates_greedy_tokens_and_log_probs(lean_engine, mixed_prompts):
+    reference = HFEngine(lean_engine.model, lean_engine.tokenizer, lean=False)
+    assert reference.decoder == "generate"
+    lean = lean_engine.generate(mixed_prompts, greedy(12))
+    library = reference.generate(mixed_prompts, greedy(12))
+    assert [g.token_ids for g in lean] == [g.token_ids for g in library]
+    assert [g.finish_reason for g in lean] == [g.finish_reason for g in library]
+    for ours, theirs in zip(lean, library, strict=True):
+        assert torch.allclose(torch.tensor(ours.logprobs), torch.tensor(theirs.logprobs), atol=1e-5)
+
+
+def test_hf_shared_prompt_prefill_equals_prefilling_every_row_alone(lean_engine, mixed_prompts):
+    together = lean_engine.generate(mixed_prompts, greedy(10))
+    alone = [lean_engine.generate([prompt], greedy(10))[0] for prompt in mixed_prompts]
+    assert [g.token_ids for g in together] == [g.token_ids for g in alone]
+    for shared, single in zip(together, alone, strict=True):
+        assert torch.allclose(torch.tensor(shared.logprobs), torch.tensor(single.logprobs), atol=1e-5)
+
+
+def test_hf_a_group_of_one_prompt_gets_independent_samples(lean_engine, mixed_prompts):
+    group = lean_engine.generate(
+        [mixed_prompts[0]] * 4, SamplingParams(temperature=1.0, max_new_tokens=10, seed=2)
+    )
+    assert len({tuple(g.token_ids) for g in group}) == 4
+
+
+@pytest.mark.parametrize(("temperature", "top_p"), [(1.0, 1.0), (0.7, 1.0), (0.8, 0.5)])
+def test_hf_lean_log_probs_equal_a_forward_pass_under_the_sampling_distribution(
+    lean_engine, mixed_prompts, temperature, top_p
+):
+    params = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=10, seed=7)
+    for prompt, generation in zip(mixed_prompts, lean_engine.generate(mixed_prompts, params), strict=True):
+        expected = rescored(lean_engine.model, prompt, generation, temperature, top_p)
+        assert torch.isfinite(expected).all()
+        assert torch.allclose(torch.tensor(generation.logprobs), expected, atol=1e-5)
+
+
+def test_hf_lean_loop_follows_weights_changed_in_place(model_dir, mixed_prompts):
+    """An optimiser step on a shared model changes parameters in place, without `load_weights`."""
+    engine = HFEngine.from_pretrained(model_dir, device="cpu")
+    before = [g.token_ids for g in engine.generate(mixed_prompts, greedy())]
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for parameter in engine.model.parameters():
+            parameter.add_(torch.randn(parameter.shape, generator=generator) * 0.5)
+    after = engine.generate(mixed_prompts, greedy())
+    assert [g.token_ids for g in after] != before
+    reference = HFEngine(engine.model, engine.tokenizer, lean=False).generate(mixed_prompts, greedy())
+    assert [g.token_ids for g in after] == [g.token_ids for g in reference]
+
+
+def small_model(kind: str, vocab_size: int):
+    from transformers import (
+        GPT2Config,
+        GPT2LMHeadModel,
+        LlamaConfig,
+        LlamaForCausalLM,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+    )
+
+    torch.manual_seed(0)
+    shape = dict(vocab_size=vocab_size, hidden_size=48, intermediate_size=96, num_hidden_layers=2)
+    if kind == "qwen2-gqa":  # attention biases, two query heads per key/value head
+        model = Qwen2ForCausalLM(Qwen2Config(**shape, num_attention_heads=4, num_key_value_heads=2))
+    elif kind == "llama-biases":
+        config = LlamaConfig(**shape, num_attention_heads=3, attention_bias=True, mlp_bias=True)
+        model = LlamaForCausalLM(config)
+    else:
+        model = GPT2LMHeadModel(GPT2Config(vocab_size=vocab_size, n_embd=32, n_layer=1, n_head=4))
+    with torch.no_grad():  # biases start at zero and weights near it; make both count
+        for name, parameter in model.named_parameters():
+            if not name.endswith("norm.weight"):
+                parameter.normal_(0, 0.5 if name.endswith("bias") else 0.2)
+    return model.eval()
+
+
+@pytest.mark.parametrize(
+    ("kind", "decoder"), [("qwen2-gqa", "lean"), ("llama-biases", "lean"), ("gpt2", "generate")]
+)
+def test_hf_other_architectures_are_exact_or_fall_back_to_generate(lean_engine, mixed_prompts, kind, decoder):
+    tokenizer = lean_engine.tokenizer
+    engine = HFEngine(small_model(kind, len(tokenizer)), tokenizer)
+    assert engine.decoder == decoder
+    reference = HFEngine(engine.model, tokenizer, lean=False)
+    assert [g.token_ids for g in engine.generate(mixed_prompts, greedy())] == [
+        g.token_ids for g in reference.generate(mixed_prompts, greedy())
+    ]
+    params = SamplingParams(temperature=0.9, top_p=0.8, max_new_tokens=8, seed=4)
+    for prompt, generation in zip(mixed_prompts, engine.generate(mixed_prompts, params), strict=True):
+        expected = rescored(engine.model, prompt, generation, 0.9, 0.8)
+        assert torch.allclose(torch.tensor(generation.logprobs), expected, atol=1e-5)
+
+
+def test_hf_lean_loop_in_bfloat16_stays_close_to_the_model(model_dir, mixed_prompts):
+    engine = HFEngine.from_pretrained(model_dir, device="cpu")
+    engine.model.to(torch.bfloat16)
+    params = SamplingParams(temperature=1.0, max_new_tokens=8, seed=1)
+    for prompt, generation in zip(mixed_prompts, engine.generate(mixed_prompts, params), strict=True):
+        expected = rescored(engine.model, prompt, generation, 1.0)
+        assert torch.allclose(torch.tensor(generation.logprobs), expected, atol=0.05)
+
+
+def test_hf_lean_kv_cache_grows_past_its_first_chunk(lean_engine, mixed_prompts, monkeypatch):
+    from rl_engine.inference import lean_decode
+
+    expected = lean_engine.generate(mixed_prompts, greedy(12))
+    monkeypatch.setattr(lean_decode, "CACHE_CHUNK", 2)  # grows 2 → 4 → 8 → 12 new-token slots
+    grown = lean_engine.generate(mixed_prompts, greedy(12))
+    assert [g.token_ids for g in grown] == [g.token_ids for g in expected]
+    for after, before in zip(grown, expected, strict=True):
+        assert torch.allclose(torch.tensor(after.logprobs), torch.tensor(before.logprobs), atol=1e-6)
