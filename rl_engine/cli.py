@@ -6,7 +6,8 @@
                                              sandboxes_per_worker as concurrency, sandbox, judge
     validate SPEC.json [--tasks DIR] [...]   a validate spec: the oracle and the null agent on every
                                              task (tasks.eval_dir and tasks.train_dir); a sound task
-                                             is passed by the oracle and failed by the null agent
+                                             is passed by the oracle and failed by the null agent;
+                                             then each task's checklist (rl_engine/validate.py)
     train SPEC.json [--tasks DIR] [--out F] [--events-url URL] [--resume] [--run-dir D] [--run-id ID]
 
 With --run-dir, eval and validate write their events file there (RUN_DIR/events.jsonl) rather than
@@ -15,7 +16,9 @@ in the current folder, so a Ray job's working directory stays read-only.
 Exit codes: 0 when the run ran (harness errors are reported in the table and the events, not
 raised), 1 when it could not run (an invalid spec — every problem is printed —, no tasks folder,
 no loadable bundle, a policy or model that cannot be built) or its events could not be delivered,
-2 for bad arguments. Secrets come from the environment, never from the command line:
+2 for bad arguments; a train run that its health gate stopped (docs/quality.md) exits 3 when the
+gate failed it and 4 when it paused it (resume with `train SPEC --run-dir D --resume`). Secrets
+come from the environment, never from the command line:
 OPENAI_API_KEY for `openai:URL`, JUDGE_API_KEY for the judge, PRACTICUM_EVENTS_TOKEN for `--events-url`.
 """
 
@@ -39,6 +42,8 @@ from rl_engine.grading import JudgeConfig
 from rl_engine.rollout import RolloutConfig
 from rl_engine.sandbox import SandboxConfig
 from rl_engine.spec import RunSpec, SpecError, parse_run_spec
+from rl_engine.trace import RolloutRecord
+from rl_engine.validate import bundle_checklist, format_checklist, invalid_bundle_checklist
 
 POLICY_HELP = "oracle | null | scripted:FILE | hf:PATH | openai:URL"
 
@@ -207,14 +212,19 @@ async def _close(events: EventFanout) -> int:
 
 
 class _OnePhase:
-    """Forwards one policy's events into the validation run's stream, minus its own start and finish."""
+    """Forwards one policy's events into the validation run's stream, minus its own start and finish,
+    and keeps its rollouts by task for the checklist."""
 
     def __init__(self, events: EventFanout) -> None:
         self.events = events
+        self.rollouts: dict[str, list[RolloutRecord]] = {}
 
     def emit(self, type: str, payload: dict[str, Any]) -> None:
         if type not in ("run_started", "run_finished"):
             self.events.emit(type, payload)  # type: ignore[arg-type]
+        if type == "rollout":
+            record = RolloutRecord.model_validate(payload)
+            self.rollouts.setdefault(record.summary.task_name, []).append(record)
 
 
 VALIDATION_POLICIES = ("oracle", "null")
@@ -254,12 +264,13 @@ async def _validate(args: argparse.Namespace) -> int:
             "invalid_bundles": len(invalid),
         },
     )
-    summaries = {}
+    summaries, phases = {}, {}
     for index, name in enumerate(VALIDATION_POLICIES):
+        phases[name] = _OnePhase(events)
         summaries[name] = await evaluate(
             bundles,
             make_policy(name),
-            emitter=_OnePhase(events),  # type: ignore[arg-type]
+            emitter=phases[name],  # type: ignore[arg-type]
             samples=spec.evaluation.samples_per_task,
             concurrency=spec.resources.sandboxes_per_worker,
             sandbox_config=spec.sandbox,
@@ -269,6 +280,17 @@ async def _validate(args: argparse.Namespace) -> int:
             cancel=cancel,
         )
     findings = validation_findings(summaries["oracle"], summaries["null"])
+    checklists = [invalid_bundle_checklist(bad.path, bad.problem) for bad in invalid]
+    for bundle in bundles:
+        checklists.append(
+            await bundle_checklist(
+                bundle,
+                oracle=phases["oracle"].rollouts.get(bundle.name, []),
+                null=phases["null"].rollouts.get(bundle.name, []),
+                sandbox_config=spec.sandbox,
+                judge=judge_config(spec),
+            )
+        )
     oracle = summaries["oracle"].model_dump(mode="json")
     events.emit(
         "run_finished",
@@ -277,11 +299,15 @@ async def _validate(args: argparse.Namespace) -> int:
             "kind": "validate",
             "by_policy": {name: summary.model_dump(mode="json") for name, summary in summaries.items()},
             "findings": findings,
+            "checklists": [checklist.model_dump(mode="json") for checklist in checklists],
         },
     )
     print(f"run {run_id}  validate  events {out}")
     for name, summary in summaries.items():
         print(f"\n== policy {name}\n{format_summary(summary)}")
+    print("\nchecklists:")
+    for checklist in checklists:
+        print(format_checklist(checklist))
     print(
         "\nfindings:"
         if findings
@@ -341,7 +367,7 @@ def _apply_eval_spec(args: argparse.Namespace, spec: RunSpec) -> None:
 
 
 async def _train(args: argparse.Namespace) -> int:
-    from rl_engine.train import CHECKPOINTS, TrainingError, train
+    from rl_engine.train import CHECKPOINTS, HealthGateTripped, TrainingError, train
 
     spec = read_spec(args.spec, kind="train", tasks_field="train_dir", tasks=args.tasks)
     run_id = args.run_id or _previous_run_id(args) or uuid.uuid4().hex
@@ -368,6 +394,14 @@ async def _train(args: argparse.Namespace) -> int:
         )
     except TrainingError as error:
         raise CannotRun(str(error)) from error
+    except HealthGateTripped as stopped:
+        print(f"error: {stopped}", file=sys.stderr)
+        if stopped.trip.action == "pause":
+            print(
+                f"resume with: python -m rl_engine train {args.spec} --run-dir {run_dir} --resume",
+                file=sys.stderr,
+            )
+        return stopped.exit_code
     except EventDeliveryError as error:
         print(f"error: the run's events were not all delivered: {error}", file=sys.stderr)
         return 1

@@ -202,6 +202,32 @@ class SftWarmStartSpec(_Section):
     batch_size: int = Field(default=8, ge=1, description="traces per optimiser step")
 
 
+class HealthGateSpec(_Section):
+    """Harness health gates: refuse to train on a corrupted signal (docs/quality.md, "Health gate")."""
+
+    max_eval_harness_error_rate: float | None = Field(
+        default=0.1,
+        ge=0,
+        le=1,
+        description="web app, before a train run starts: the task set's latest eval run's harness error "
+        "rate must not exceed this (null = no check)",
+    )
+    window_rollouts: int = Field(
+        default=64, ge=1, description="engine, during training: the sliding window of final rollouts"
+    )
+    max_window_harness_error_rate: float | None = Field(
+        default=0.3,
+        ge=0,
+        le=1,
+        description="engine, during training: stop before the next update when the window's harness "
+        "error rate exceeds this (null = no in-run gate)",
+    )
+    on_trip: Literal["fail", "pause"] = Field(
+        default="fail",
+        description="when the in-run gate trips: fail the run, or checkpoint and pause it for a resume",
+    )
+
+
 class SandboxSpec(SandboxConfig):
     """The harness's SandboxConfig, with misspelt keys refused like everywhere else in the spec."""
 
@@ -263,6 +289,7 @@ class RunSpec(_Section):
     checkpoint: CheckpointSpec = Field(default_factory=CheckpointSpec)
     resources: ResourcesSpec = Field(default_factory=ResourcesSpec)
     sft_warm_start: SftWarmStartSpec = Field(default_factory=SftWarmStartSpec)
+    health_gate: HealthGateSpec = Field(default_factory=HealthGateSpec)
     seed: int = Field(default=0, ge=0)
     max_steps: int = Field(default=1, ge=1, description="train: policy updates")
     agent_error_reward: float = Field(

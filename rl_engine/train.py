@@ -17,6 +17,11 @@ One step:
 6. events: one `rollout` per attempt (plus `harness_error`; `split` says train or eval),
    `step_metrics`, and `checkpoint` every `checkpoint.every_steps` steps and at the end.
 
+Between 2 and 4 the health gate (rl_engine.health_gate) judges the last `window_rollouts` final
+rollouts: above its harness error threshold the run stops before the update, with the evidence in a
+`log` event and in `run_finished`, and `train()` raises `HealthGateTripped` (a pause first writes a
+checkpoint of the last completed update, so a resume re-runs the step that tripped).
+
 Resume: the latest complete checkpoint restores the model, optimiser, RNGs and step; the events
 file (always written, in the run folder) says which seq came last and which steps were already
 reported. Steps between the checkpoint and the crash are trained again but not reported again, so
@@ -43,6 +48,7 @@ from rl_engine.function_tasks import (
     prompt_ids,
     score_generations,
 )
+from rl_engine.health_gate import HealthGate, HealthGateTripped
 from rl_engine.inference import SamplingParams
 from rl_engine.metrics import rollout_metrics
 from rl_engine.outcomes import Outcome
@@ -64,7 +70,7 @@ T = TypeVar("T")
 EVENTS_FILE = "events.jsonl"
 CHECKPOINTS = "checkpoints"
 
-__all__ = ["CHECKPOINTS", "EVENTS_FILE", "TrainingError", "train", "training_samples"]
+__all__ = ["CHECKPOINTS", "EVENTS_FILE", "HealthGateTripped", "TrainingError", "train", "training_samples"]
 
 
 async def train(
@@ -80,7 +86,8 @@ async def train(
     `run_dir/events.jsonl`); returns the last step's metrics.
 
     `on_step(step, metrics)` is called after every step (also the re-trained ones after a
-    resume) and, with step 0, after an evaluation before the first step."""
+    resume) and, with step 0, after an evaluation before the first step. Raises
+    `HealthGateTripped` when the health gate stopped the run (its events are written by then)."""
     run = _Run(spec, Path(run_dir), run_id, extra_sink, on_step, events_file)
     try:
         await run.open()
@@ -121,6 +128,9 @@ class _Run:
         self.resumed_from: Path | None = None
         self.reported_steps: set[int] = set()
         self.tokenizer: Any = None
+        # In memory only: a resumed run judges its harness afresh, not by the burst that paused it.
+        self.gate = HealthGate(spec.health_gate)
+        self.last_metrics: dict[str, Any] = {}
 
     async def open(self) -> None:
         self.runtime = create_runtime(self.spec, checkpoints=self.run_dir / CHECKPOINTS)
@@ -134,11 +144,13 @@ class _Run:
         if self.extra_sink is not None:
             self.extra = EventEmitter(self.run_id, self.extra_sink, start_seq=last_seq + 1)
 
-    def emit(self, type: str, payload: dict[str, Any]) -> None:
+    def emit(self, type: str, payload: dict[str, Any]) -> int:
+        """Emits to the events file (and the extra sink, same seq); returns the event's seq."""
         assert self.emitter is not None
-        self.emitter.emit(type, payload)  # type: ignore[arg-type]
+        event = self.emitter.emit(type, payload)  # type: ignore[arg-type]
         if self.extra is not None:
             self.extra.emit(type, payload)  # type: ignore[arg-type]
+        return event.seq
 
     async def run(self) -> dict[str, Any]:
         spec = self.spec
@@ -172,6 +184,7 @@ class _Run:
         metrics: dict[str, Any] = {}
         for step in range(self.start_step + 1, spec.max_steps + 1):
             metrics = await self.step(step)
+            self.last_metrics = metrics
             every = spec.evaluation.every_steps
             if self.eval_bundles and every and step % every == 0:
                 metrics.update(await self.evaluate(step))
@@ -232,10 +245,18 @@ class _Run:
         ]
         rollouts = await self.runtime.rollouts(requests)
         generated = time.monotonic()
+        finals = [result.records[-1].summary for result in rollouts]
+        seqs = self.emit_rollouts(rollouts) if step not in self.reported_steps else [None] * len(finals)
+        await self.guard(
+            step,
+            [
+                (s.code if s.outcome == Outcome.HARNESS_ERROR else None, seq)
+                for s, seq in zip(finals, seqs, strict=True)
+            ],
+        )
         samples, counts = self.samples(rollouts)
         trainer_metrics = await self.runtime.update(samples)
         await self.runtime.sync_weights()
-        finals = [result.records[-1].summary for result in rollouts]
         summary = rollout_metrics(finals)
         metrics: dict[str, Any] = {
             "step": step,
@@ -261,7 +282,6 @@ class _Run:
             "data_cursor": step * spec.batch.prompts_per_step,
         }
         if step not in self.reported_steps:
-            self.emit_rollouts(rollouts)
             self.emit("step_metrics", metrics)
         return metrics
 
@@ -285,6 +305,8 @@ class _Run:
             algorithm=spec.algorithm,
             generate_sec=generated - started,
         )
+        # A reward function that fails is this task type's harness error (the grader's REWARD_INVALID).
+        await self.guard(step, [(None if r is not None else "REWARD_INVALID", None) for r in result.rewards])
         trainer_metrics = await self.runtime.update(result.samples)
         await self.runtime.sync_weights()
         valid = [reward for reward in result.rewards if reward is not None]
@@ -294,7 +316,6 @@ class _Run:
             "reward_mean": _mean(valid),
             "pass_at_1": None,  # a function reward has no pass / fail
             "score_mean": _mean(valid),
-            # A reward function that fails is this task type's harness error (the grader's REWARD_INVALID).
             "harness_error_rate": invalid / len(result.rewards),
             "harness_errors_by_code": {"REWARD_INVALID": invalid} if invalid else {},
             "response_tokens_mean": result.completion_tokens / len(generations),
@@ -348,13 +369,41 @@ class _Run:
             self.emit("log", {"message": f"evaluation at step {step}", "step": step, "evaluation": metrics})
         return metrics
 
-    def emit_rollouts(self, results: list[RolloutResult], *, split: str = "train") -> None:
+    def emit_rollouts(self, results: list[RolloutResult], *, split: str = "train") -> list[int]:
+        """Emits every attempt; returns the seq of each result's final `rollout` event."""
+        seqs = []
         for result in results:
             for record in result.records:
                 payload = {**record.model_dump(mode="json"), "split": split}
-                self.emit("rollout", payload)
+                seq = self.emit("rollout", payload)
                 if record.summary.outcome == Outcome.HARNESS_ERROR:
                     self.emit("harness_error", payload)
+            seqs.append(seq)
+        return seqs
+
+    async def guard(self, step: int, observed: list[tuple[str | None, int | None]]) -> None:
+        """The health gate, between a step's rollouts and its update: on a trip the run stops here."""
+        for code, seq in observed:
+            self.gate.observe(step=step, code=code, seq=seq)
+        trip = self.gate.check(step)
+        if trip is None:
+            return
+        if trip.action == "pause":
+            path = await self.save(step - 1)
+            trip.checkpoint, trip.checkpoint_step = str(path), step - 1
+            self.emit("checkpoint", {"step": step - 1, "path": str(path)})
+        evidence = trip.evidence()
+        self.emit("log", {"message": trip.message, "step": step, "health_gate": evidence})
+        self.emit(
+            "run_finished",
+            {
+                "steps": step - 1,
+                "last": self.last_metrics,
+                "stopped_by": "health_gate",
+                "health_gate": evidence,
+            },
+        )
+        raise HealthGateTripped(trip)
 
     def sampling(self, step: int, temperature: float) -> SamplingParams:
         spec = self.spec

@@ -12,7 +12,7 @@ from rl_engine.outcomes import HarnessCode, HarnessError
 from rl_engine.sandbox.config import BundleLike, SandboxConfig, ToolResult, ToolSpec
 from rl_engine.sandbox.connection import ToolServerConnection
 
-_EVALUATOR = """
+PYTHON_CRITERION_EVALUATOR = """
 import json
 try:
     verdict = {"met": bool(eval(__expression__, {"answer": __answer__, "files": __files__}))}
@@ -95,7 +95,7 @@ class Sandbox(ABC):
         """
         globals_ = {"__expression__": expression, "__answer__": answer, "__files__": files}
         stdout, stderr, returncode, limit_hit = await self._run_code(
-            _EVALUATOR, globals_, self.config.python_timeout_sec
+            PYTHON_CRITERION_EVALUATOR, globals_, self.config.python_timeout_sec
         )
         if limit_hit:
             raise HarnessError(

@@ -242,3 +242,50 @@ class TestSchemaAndRegistries:
         assert algorithm["loss_reduction"]["default"] == "prompt_mean"
         assert schema["required"] == ["kind"]
         assert schema["$defs"]["BatchSpec"]["properties"]["mini_batches"]["minimum"] == 1
+
+
+class TestHealthGate:
+    def test_the_documented_defaults(self):
+        gate = parse_run_spec(TRAIN).health_gate
+        assert gate.max_eval_harness_error_rate == 0.1 and gate.window_rollouts == 64
+        assert gate.max_window_harness_error_rate == 0.3 and gate.on_trip == "fail"
+
+    def test_null_thresholds_turn_the_checks_off_and_pause_round_trips(self):
+        spec = parse_run_spec(
+            spec_with(
+                health_gate={
+                    "max_eval_harness_error_rate": None,
+                    "max_window_harness_error_rate": None,
+                    "window_rollouts": 8,
+                    "on_trip": "pause",
+                }
+            )
+        )
+        assert spec.health_gate.max_eval_harness_error_rate is None
+        assert spec.health_gate.max_window_harness_error_rate is None
+        assert parse_run_spec(spec.model_dump_json()) == spec
+
+    def test_out_of_range_values_are_each_named(self):
+        problems = refused(
+            spec_with(
+                health_gate={
+                    "max_eval_harness_error_rate": 1.5,
+                    "window_rollouts": 0,
+                    "max_window_harness_error_rate": -0.1,
+                    "on_trip": "retry",
+                    "window": 3,
+                }
+            )
+        )
+        assert problems == {
+            "health_gate.max_eval_harness_error_rate": "Input should be less than or equal to 1",
+            "health_gate.window_rollouts": "Input should be greater than or equal to 1",
+            "health_gate.max_window_harness_error_rate": "Input should be greater than or equal to 0",
+            "health_gate.on_trip": "Input should be 'fail' or 'pause'",
+            "health_gate.window": "Extra inputs are not permitted",
+        }
+
+    def test_the_json_schema_describes_the_gate(self):
+        gate = run_spec_json_schema()["$defs"]["HealthGateSpec"]["properties"]
+        assert gate["on_trip"]["enum"] == ["fail", "pause"] and gate["window_rollouts"]["minimum"] == 1
+        assert all(field.get("description") for field in gate.values())

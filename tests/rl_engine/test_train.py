@@ -68,7 +68,9 @@ def test_a_run_emits_numbered_events_and_checkpoints_at_the_end(toy, tmp_path):
 
 def test_harness_errors_are_masked_and_reported_not_trained_on(toy, tmp_path, monkeypatch):
     monkeypatch.setenv("PRACTICUM_FAULTS", "hide:read_text")  # the server leaves out an enabled tool
-    metrics = asyncio.run(train(toy_spec(toy, max_steps=1, max_attempts=1), run_dir=tmp_path, run_id="r2"))
+    # The health gate would stop this run before its update (tests/rl_engine/test_health_gate.py): off here.
+    spec = toy_spec(toy, max_steps=1, max_attempts=1, health_gate={"max_window_harness_error_rate": None})
+    metrics = asyncio.run(train(spec, run_dir=tmp_path, run_id="r2"))
     assert metrics["harness_error_rate"] == 1.0 and metrics["harness_errors_by_code"] == {"SANDBOX_START": 6}
     assert (
         metrics["reward_mean"] is None and metrics["samples_trained"] == 0 and metrics["masked_groups"] == 2
