@@ -21,6 +21,7 @@ from tasks_authoring.selectors import task_set_visible_to, task_sets_for
 from . import selectors
 from .models import MetricSplit, Run, RunKind, RunSplit, RunStatus
 from .permissions import can_cancel_run
+from .services.dispatch import RunNotResumable, run_resume
 from .services.ingest import events_ingest
 from .services.launch import RunLaunchError, RunSpecInvalid, run_cancel, run_launch
 from .tokens import ingest_token_matches
@@ -73,7 +74,7 @@ class RunOut(Schema):
     kind: str
     status: str
     status_reason: str
-    task_set_id: int
+    task_set_id: int | None  # None for a task version's validation run
     split: str
     launched_by: str = Field(..., alias="launched_by.username")
     cloned_from_id: int | None
@@ -261,6 +262,19 @@ def run_cancel_view(request: HttpRequest, run_id: int):
     try:
         run_cancel(run=run, user=request.auth)
     except RunLaunchError as error:
+        return Status(409, {"detail": str(error)})
+    return Status(200, _run(request, run_id))
+
+
+@router.post("/runs/{int:run_id}/resume", response={200: RunOut, 403: Detail, 409: Detail}, tags=["runs"])
+def run_resume_view(request: HttpRequest, run_id: int):
+    """Resume a run the health gate paused, from its last checkpoint (status back to `queued`)."""
+    run = _run(request, run_id)
+    if not can_cancel_run(request.auth, run):
+        raise PermissionDenied("only the researcher who launched the run, or an admin, resumes it")
+    try:
+        run_resume(run=run, user=request.auth)
+    except RunNotResumable as error:
         return Status(409, {"detail": str(error)})
     return Status(200, _run(request, run_id))
 

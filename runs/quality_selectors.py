@@ -233,7 +233,7 @@ def band_counts(*, task_ids: Iterable[int]) -> dict[str, int]:
 
 
 def band_chart(counts: dict[str, int], *, chart_id: str = "difficulty-bands") -> dict[str, Any]:
-    """A bar chart of band counts for static/js/runs.js (x = band index, labelled by `x_labels`)."""
+    """A bar chart of band counts for static/js/runs.js (x = band index, named by `x_labels`; y counts)."""
     labels = {**BAND_NAMES, "unmeasured": "Not measured"}
     keys = list(counts)
     return {
@@ -241,6 +241,7 @@ def band_chart(counts: dict[str, int], *, chart_id: str = "difficulty-bands") ->
         "title": "Measured difficulty",
         "x": list(range(len(keys))),
         "x_labels": [labels[key] for key in keys],
+        "x_title": "band",
         "series": [{"label": "tasks", "values": [counts[key] for key in keys]}],
         "unit": "",
         "bars": True,

@@ -1,7 +1,7 @@
 from django.urls import path
 
 from runs import views
-from runs.views import quality, trace_exports, traces
+from runs.views import health_gate, quality, trace_exports, traces, validation
 
 app_name = "runs"
 
@@ -12,6 +12,7 @@ urlpatterns = [
     path("runs/compare/", views.run_compare, name="run_compare"),
     path("runs/<int:pk>/", views.run_detail, name="run_detail"),
     path("runs/<int:pk>/cancel/", views.run_cancel, name="run_cancel"),
+    path("runs/<int:pk>/resume/", health_gate.run_resume, name="run_resume"),
     path("runs/<int:pk>/logs/", views.run_driver_logs, name="run_driver_logs"),
     path("runs/<int:pk>/rollouts/<int:rollout_id>/", views.rollout_detail, name="rollout_detail"),
     path("runs/<int:pk>/harness-errors/", traces.run_harness_errors, name="run_harness_errors"),
@@ -27,6 +28,9 @@ urlpatterns = [
         "traces/exports/<int:pk>/download/", trace_exports.trace_export_download, name="trace_export_download"
     ),
     path("traces/task-set/", trace_exports.trace_task_set_new, name="trace_task_set_new"),
+    path("tasks/<int:pk>/validate/", validation.version_validate, name="version_validate"),
+    path("tasks/<int:pk>/validation/", validation.validation_card, name="validation_card"),
+    path("validations/<int:pk>/override/", validation.validation_override, name="validation_override"),
     path(
         "traces/<int:rollout_id>/criteria/<str:criterion_id>/review/",
         quality.trace_criterion_review,

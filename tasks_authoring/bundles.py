@@ -440,6 +440,10 @@ def _create_task(bundle: TaskBundle, domain: Domain, user, created_blobs: list[s
             "something in it cannot be stored exactly"
         )
     version.save(update_fields=["content_hash"])
+    # An import lands in review, as a submit does, so it is validated the same way (docs/quality.md).
+    from runs.services.validation import version_validation_request
+
+    version_validation_request(version=version, user=user, trigger="submit")
     return version
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from django import forms
 
 from rl_engine.tool_names import TOOL_GROUPS
+from runs.models import DifficultyBand
 from tasks_authoring.models import Difficulty, Domain, TaskStatus, Team
 
 # The keys of selectors.SORTS, labelled; "updated" is the newest first.
@@ -36,6 +37,12 @@ class TaskFilterForm(forms.Form):
     domain = forms.ChoiceField(required=False)
     status = forms.ChoiceField(required=False, choices=[("", "Any but archived"), *TaskStatus.choices])
     owner = forms.CharField(required=False, max_length=150)
+    # The measured band (runs.TaskDifficulty, from a reference run), not the author's own rating.
+    band = forms.ChoiceField(
+        required=False,
+        label="Measured difficulty",
+        choices=[("", "Any"), *DifficultyBand.choices, ("unmeasured", "Not measured")],
+    )
     sort = forms.ChoiceField(required=False, choices=list(SORTS.items()))
     page = forms.IntegerField(required=False, min_value=1)
 
@@ -53,6 +60,7 @@ class TaskFilterForm(forms.Form):
             "domain": cleaned.get("domain") or "",
             "status": cleaned.get("status") or "",
             "owner": (cleaned.get("owner") or "").strip(),
+            "band": cleaned.get("band") or "",
             "sort": cleaned.get("sort") or "updated",
         }
 

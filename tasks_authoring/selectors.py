@@ -58,7 +58,7 @@ def tasks_for_user(*, user, filters: dict[str, Any] | None = None) -> QuerySet[T
     id, state, file count and criteria count — one query for any page size.
 
     filters: domain (slug or Domain), status, owner (User, id or username), q (title and instruction
-    text), team, sort (a key of SORTS)."""
+    text), team, band (a measured difficulty band, or "unmeasured"), sort (a key of SORTS)."""
     filters = {key: value for key, value in (filters or {}).items() if value not in (None, "", [])}
     tasks = Task.objects.all()
     visible = _visible_q(user)
@@ -79,6 +79,11 @@ def tasks_for_user(*, user, filters: dict[str, Any] | None = None) -> QuerySet[T
             tasks = tasks.filter(owner__username=owner)
     if "team" in filters:
         tasks = tasks.filter(team=filters["team"])
+    if "band" in filters:  # the measured band (runs.TaskDifficulty); "unmeasured": none yet
+        if filters["band"] == "unmeasured":
+            tasks = tasks.filter(measured_difficulty__isnull=True)
+        else:
+            tasks = tasks.filter(measured_difficulty__band=filters["band"])
     if "q" in filters:
         text = str(filters["q"]).strip()
         instruction_match = TaskVersion.objects.filter(task=OuterRef("pk"), instruction__icontains=text)
@@ -112,7 +117,7 @@ def tasks_for_user(*, user, filters: dict[str, Any] | None = None) -> QuerySet[T
 
 def tasks_for_list(*, user, filters: dict[str, Any] | None = None) -> QuerySet[Task]:
     """The task list's rows: tasks_for_user, without archived tasks unless the status filter asks for them."""
-    tasks = tasks_for_user(user=user, filters=filters)
+    tasks = tasks_for_user(user=user, filters=filters).select_related("measured_difficulty")
     if not (filters or {}).get("status"):
         tasks = tasks.exclude(status=TaskStatus.ARCHIVED)
     return tasks

@@ -25,6 +25,7 @@ urlpatterns = [
     path("tasks/<int:pk>/world/<int:file_id>/delete/", world.world_file_delete, name="world_file_delete"),
     path("tasks/<int:pk>/rubric/", rubric.rubric_editor, name="rubric"),
     path("tasks/<int:pk>/rubric/add/", rubric.criterion_add, name="criterion_add"),
+    path("tasks/<int:pk>/rubric/try/", rubric.rubric_try, name="rubric_try"),
     path("tasks/<int:pk>/rubric/<int:criterion_id>/edit/", rubric.criterion_edit, name="criterion_edit"),
     path("tasks/<int:pk>/rubric/<int:criterion_id>/move/", rubric.criterion_move, name="criterion_move"),
     path(

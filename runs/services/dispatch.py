@@ -7,6 +7,10 @@ submission id `practicum-<uuid>`; outputs (events file, checkpoints) go to the a
 the run's row lock, a file lock keeps two dispatchers of one run apart, and Ray refuses a second
 job with the same submission id. `runs_reconcile` (Celery beat) maps Ray's job status to the run's
 and fails runs that Ray lost. docs/runs.md ("Dispatch") says why the Jobs API.
+
+A train run that the health gate paused is resumed by `run_resume` (paused → queued, then the same
+dispatch): the new job runs `train --resume` into the same output folder, under the submission id
+`practicum-<uuid>-resume-<n>` (Ray keeps the ended job's id). docs/quality.md ("Health gate").
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from django.conf import settings
+from django.core.exceptions import PermissionDenied
 from django.db import transaction
 from django.utils import timezone
 
@@ -33,8 +38,11 @@ from rl_engine.bundle import write_bundle
 from tasks_authoring.bundles import version_bundle
 
 from .. import ray_jobs
-from ..models import Run, RunStatus, RunTaskVersion
+from ..health_gate_selectors import run_pauses
+from ..models import Run, RunKind, RunStatus, RunTaskVersion
+from ..permissions import can_cancel_run
 from ..tokens import run_ingest_token
+from .validation import validation_run_ended
 
 log = logging.getLogger(__name__)
 
@@ -63,7 +71,12 @@ class DispatchError(Exception):
 
 
 def submission_id(run: Run) -> str:
-    return f"{SUBMISSION_PREFIX}{run.uuid}"
+    pauses = run_pauses(run=run) if run.kind == RunKind.TRAIN else 0
+    return f"{SUBMISSION_PREFIX}{run.uuid}" + (f"-resume-{pauses}" if pauses else "")
+
+
+class RunNotResumable(Exception):
+    """The run is not paused by the health gate; the message says what it is."""
 
 
 def run_folder(run: Run) -> Path:
@@ -202,6 +215,8 @@ def _entrypoint(run: Run, *, job_dir: Path | None) -> str:
         "--run-dir",
         str(output),
     ]
+    if run.ray_job_id != f"{SUBMISSION_PREFIX}{run.uuid}" and run.kind == RunKind.TRAIN:
+        argv.append("--resume")  # a resumed job: continue from the checkpoint the pause wrote
     command = shlex.join(argv)
     return command if job_dir is None else f"cd {shlex.quote(str(job_dir))} && {command}"
 
@@ -219,6 +234,40 @@ def _job_env(run: Run) -> dict[str, str]:
         if os.environ.get(name):
             env[name] = os.environ[name]
     return env
+
+
+# ---- resume ----
+
+
+def run_resume(*, run: Run, user) -> Run:
+    """A run the health gate paused goes back to `queued` and is dispatched again with `--resume`."""
+    if not can_cancel_run(user, run):
+        raise PermissionDenied("only the researcher who launched a run, or an admin, resumes it")
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run.pk)
+        if run.status != RunStatus.PAUSED:
+            raise RunNotResumable(
+                f"only a paused run resumes; this one is {run.get_status_display().lower()}"
+            )
+        run.status, run.status_reason = RunStatus.QUEUED, f"resumed by {user.get_username()}"
+        # A fresh job: the reconciler must not read the ended one's status, and gives dispatch a minute.
+        run.ray_job_id, run.finished_at, run.lost_since = "", None, None
+        run.dispatch_requeues, run.last_requeued_at = 0, timezone.now()
+        run.save(
+            update_fields=[
+                "status",
+                "status_reason",
+                "ray_job_id",
+                "finished_at",
+                "lost_since",
+                "dispatch_requeues",
+                "last_requeued_at",
+            ]
+        )
+        from .. import tasks
+
+        transaction.on_commit(lambda: tasks.run_dispatch.delay(run.pk))
+    return run
 
 
 # ---- stop ----
@@ -395,6 +444,7 @@ def _finish(run: Run, status: str, reason: str) -> None:
     run.status, run.status_reason = status, reason
     run.finished_at = run.finished_at or timezone.now()
     run.save(update_fields=["status", "status_reason", "finished_at"])
+    validation_run_ended(run=run)
 
 
 def _run_fail(run: Run, reason: str) -> None:

@@ -17,7 +17,9 @@ What each event type becomes (rl_engine/events.py, evaluate.py, train.py):
 - `step_metrics`: StepMetric (train split); `log` carrying `evaluation`: StepMetric (eval split, the
   step it ran after); `checkpoint`: Checkpoint;
 - `run_started`: the run is running; `run_finished`: the run succeeded (unless it is being
-  cancelled or already ended), and an evaluation run's summary is stored as eval step 0.
+  cancelled or already ended), and an evaluation run's summary is stored as eval step 0; one that
+  says the health gate stopped the run (`stopped_by: "health_gate"`) makes it `failed` or `paused`
+  with the gate's evidence as the reason (docs/quality.md, "Health gate").
 """
 
 from __future__ import annotations
@@ -52,12 +54,15 @@ from ..models import (
     StepMetric,
 )
 from ..search_text import search_text_of_payload
+from .validation import validation_events_ingested
 
 EVENT_TYPES = frozenset(get_args(EventType))
 KEPT_REJECTIONS = 20  # the run page lists the latest ones; events_rejected counts them all
 _MAX_SEQ = 2**63 - 1
 _VALID_OUTCOMES = (Outcome.GRADED, Outcome.AGENT_ERROR)
 _TURN_ROLES = get_args(TurnRecord.model_fields["role"].annotation)
+# The health gate's action → the run's status (rl_engine/health_gate.py).
+GATE_STATUSES = {"fail": RunStatus.FAILED, "pause": RunStatus.PAUSED}
 
 
 @dataclass
@@ -113,6 +118,9 @@ def events_ingest(*, run: Run, events: list) -> IngestResult:
         if fresh:
             _store(locked, fresh)
         _update_run(locked, fresh, result.rejected)
+        if locked.kind == RunKind.VALIDATE and fresh:
+            finished = [e.payload for e in fresh if e.type == "run_finished"]
+            validation_events_ingested(run=locked, finished=finished)
     run.refresh_from_db()
     return result
 
@@ -212,6 +220,16 @@ def _check_log(event: _Event) -> None:
     _check_step(event)
 
 
+def _check_run_finished(event: _Event) -> None:
+    if event.payload.get("stopped_by") != "health_gate":
+        return
+    gate = event.payload.get("health_gate")
+    if not isinstance(gate, dict) or gate.get("action") not in GATE_STATUSES:
+        raise _Malformed(
+            "payload.health_gate must be the gate's evidence, with action one of " + ", ".join(GATE_STATUSES)
+        )
+
+
 def _check_checkpoint(event: _Event) -> None:
     _check_step(event)
     if not isinstance(event.payload.get("path"), str) or not event.payload["path"]:
@@ -224,6 +242,7 @@ _PAYLOAD_CHECKS = {
     "step_metrics": _check_step,
     "log": _check_log,
     "checkpoint": _check_checkpoint,
+    "run_finished": _check_run_finished,
 }
 
 
@@ -450,6 +469,7 @@ def _update_run(run: Run, events: list[_Event], rejected: list[dict[str, Any]]) 
         _apply_events(run, events, now)
         fields |= {
             "status",
+            "status_reason",
             "started_at",
             "finished_at",
             "last_event_at",
@@ -498,9 +518,23 @@ def _apply_events(run: Run, events: list[_Event], now: datetime) -> None:
     if finals and run.kind != RunKind.TRAIN:
         run.latest_reward, run.latest_pass_at_1 = _valid_means(run)
     finished = [e for e in events if e.type == "run_finished"]
-    if finished and run.status not in (RunStatus.CANCELLING, RunStatus.CANCELLED, RunStatus.FAILED):
+    if finished:
+        _finish(run, finished[-1])
+
+
+def _finish(run: Run, event: _Event) -> None:
+    ended = (RunStatus.CANCELLING, RunStatus.CANCELLED)
+    if event.payload.get("stopped_by") == "health_gate":
+        # The gate's own account replaces a reconciler's "exit code 3": it names the evidence.
+        if run.status not in (*ended, RunStatus.SUCCEEDED):
+            gate = event.payload["health_gate"]
+            run.status = GATE_STATUSES[gate["action"]]
+            run.status_reason = str(gate.get("message") or "the health gate stopped the run")
+            run.finished_at = event.emitted_at
+        return
+    if run.status not in (*ended, RunStatus.FAILED, RunStatus.PAUSED):
         run.status = RunStatus.SUCCEEDED
-        run.finished_at = run.finished_at or finished[-1].emitted_at
+        run.finished_at = run.finished_at or event.emitted_at
 
 
 def _retried(run: Run, attempt: int) -> bool:

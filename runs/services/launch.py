@@ -21,7 +21,8 @@ from tasks_authoring.bundles import BUNDLE_ORG
 from tasks_authoring.models import Split, TaskSet, TaskSetMember
 
 from ..models import FINAL_STATUSES, Run, RunKind, RunSplit, RunStatus, RunTaskVersion
-from ..permissions import can_cancel_run, can_launch_runs
+from ..permissions import can_cancel_run, can_launch_runs, is_admin
+from .validation import launch_gate_problems, validation_run_ended
 
 # Where the dispatcher writes each split's bundles, relative to the job's working directory.
 TASK_FOLDERS = {Split.TRAIN: "tasks/train", Split.EVAL: "tasks/eval"}
@@ -37,6 +38,14 @@ class RunSpecInvalid(RunLaunchError):
     def __init__(self, problems: list[SpecProblem]) -> None:
         self.problems = problems
         super().__init__("; ".join(f"{p.loc or 'spec'}: {p.message}" for p in problems))
+
+
+class RunGateRefused(RunLaunchError):
+    """A training run failed its pre-launch health gate (docs/quality.md); `reasons` lists every one."""
+
+    def __init__(self, reasons: list[str]) -> None:
+        self.reasons = reasons
+        super().__init__("the health gate refused the launch: " + "; ".join(reasons))
 
 
 @dataclass(frozen=True)
@@ -145,11 +154,22 @@ def run_launch(
     spec: dict[str, Any],
     name: str = "",
     cloned_from: Run | None = None,
+    gate_override_reason: str = "",
 ) -> Run:
+    """A training run must pass the health gate (`launch_gate_problems`), or RunGateRefused lists why;
+    an admin launches past it by giving `gate_override_reason`, which the run keeps with their name."""
     if not can_launch_runs(user):
         raise PermissionDenied("only researchers launch runs")
     parsed, used = _validated(kind, task_set, split, spec)
     steps, rollouts = _counts(parsed, used)
+    overridden = False
+    if kind == RunKind.TRAIN:
+        reasons = launch_gate_problems(task_set=task_set, spec=parsed)
+        if reasons and not gate_override_reason.strip():
+            raise RunGateRefused(reasons)
+        if reasons and not is_admin(user):
+            raise PermissionDenied("only admins launch a training run past the health gate")
+        overridden = bool(reasons)
     name = name.strip() or f"{RunKind(kind).label} of {task_set.name} · {timezone.now():%b %d %H:%M}"
     with transaction.atomic():
         run = Run.objects.create(
@@ -163,6 +183,8 @@ def run_launch(
             engine_version=rl_engine.__version__,
             steps_total=steps,
             rollouts_expected=rollouts,
+            gate_overridden_by=user if overridden else None,
+            gate_override_reason=gate_override_reason.strip() if overridden else "",
         )
         RunTaskVersion.objects.bulk_create(
             RunTaskVersion(
@@ -195,10 +217,15 @@ def run_cancel(*, run: Run, user) -> Run:
             # Nothing was submitted yet: the dispatcher sees the status and submits nothing.
             run.status, run.finished_at = RunStatus.CANCELLED, now
             run.status_reason = f"cancelled by {user.get_username()} before it started"
+        elif run.status == RunStatus.PAUSED:
+            # The health gate paused it: its job has ended, so there is nothing to stop.
+            run.status, run.finished_at = RunStatus.CANCELLED, now
+            run.status_reason = f"cancelled by {user.get_username()} while paused by the health gate"
         else:
             run.status = RunStatus.CANCELLING
             run.status_reason = f"cancel requested by {user.get_username()}"
         run.save(update_fields=["status", "status_reason", "cancel_requested_at", "finished_at"])
+        validation_run_ended(run=run)
         if run.status == RunStatus.CANCELLING:
             transaction.on_commit(lambda: _enqueue("run_stop", run.pk))
     return run

@@ -96,6 +96,7 @@ def filtered_rollouts(*, user, filters: dict[str, Any]) -> QuerySet[Rollout]:
 def describe_filters(filters: Mapping[str, Any]) -> str:
     if not filters:
         return "every rollout you can read"
+
     def word(value: Any) -> Any:
         # Only real booleans: run=1 must not read "run yes" (1 == True in a dict lookup).
         return ("yes" if value else "no") if isinstance(value, bool) else value

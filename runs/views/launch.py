@@ -14,7 +14,8 @@ from rl_engine.spec import SpecProblem
 from runs import forms as run_forms
 from runs import selectors
 from runs.models import RunKind, RunSplit
-from runs.services.launch import RunLaunchError, RunSpecInvalid, launch_preview, run_launch
+from runs.permissions import is_admin
+from runs.services.launch import RunGateRefused, RunLaunchError, RunSpecInvalid, launch_preview, run_launch
 from tasks_authoring.selectors import task_sets_for
 from webapp.roles import Role, require_role
 
@@ -85,6 +86,7 @@ def run_new(request: HttpRequest) -> HttpResponse:
     form = run_forms.LaunchForm(request.POST, task_sets=task_sets)
     spec, json_problem = run_forms.spec_from_post(request.POST)
     problems: list[SpecProblem] = []
+    gate_reasons: list[str] = []
     top = [json_problem] if json_problem else []
     if form.is_valid() and not json_problem:
         data = form.cleaned_data
@@ -97,9 +99,12 @@ def run_new(request: HttpRequest) -> HttpResponse:
                 spec=spec,
                 name=data["name"],
                 cloned_from=_cloned_from(request, form),
+                gate_override_reason=request.POST.get("gate_override_reason", ""),
             )
         except RunSpecInvalid as error:
             problems = error.problems
+        except RunGateRefused as error:
+            gate_reasons = error.reasons
         except RunLaunchError as error:
             top.append(str(error))
         else:
@@ -107,6 +112,11 @@ def run_new(request: HttpRequest) -> HttpResponse:
             return redirect("runs:run_detail", pk=run.pk)
     spec["kind"] = form["kind"].value()
     context = _context(form, spec, problems, top)
+    context.update(
+        gate_reasons=gate_reasons,
+        can_override_gate=is_admin(request.user),
+        gate_override_reason=request.POST.get("gate_override_reason", ""),
+    )
     return render(request, "runs/run_new.html", context, status=400)
 
 

@@ -103,7 +103,7 @@ def _live_context(request: HttpRequest, run) -> dict[str, Any]:
         and run.status != RunStatus.CANCELLING
         and can_cancel_run(request.user, run),
         "can_resume": run.status == RunStatus.PAUSED and can_cancel_run(request.user, run),
-        "gate_trip": run_gate_trip(run=run) if run.status in (RunStatus.PAUSED, RunStatus.FAILED) else None,
+        "gate_trip": run_gate_trip(run=run),
         "poll": run.is_active,
     }
 

@@ -66,55 +66,55 @@ def _run_signal_context(request: HttpRequest, run) -> dict[str, Any]:
     }
 
 
+def _sets_overview(user) -> list[dict[str, Any]]:
+    """The newest task sets, each with its latest eval or training run and that run's counts."""
+    sets = list(task_sets_for(user=user).order_by("-created_at")[: quality_selectors.MAX_SET_RUNS])
+    latest: dict[int, Any] = {}
+    for run in quality_selectors.signal_runs(user=user).filter(task_set__in=sets):
+        latest.setdefault(run.task_set_id, run)
+    counts = quality_selectors.runs_signal_counts(runs=list(latest.values()), user=user)
+    return [
+        {
+            "task_set": s,
+            "run": latest.get(s.pk),
+            "counts": counts[latest[s.pk].pk] if s.pk in latest else None,
+        }
+        for s in sets
+    ]
+
+
+def _set_context(user, task_set) -> dict[str, Any]:
+    """A task set's runs with their counts, and its members' pass rates per model over those runs."""
+    runs = list(quality_selectors.signal_runs(user=user, task_set=task_set)[: quality_selectors.MAX_SET_RUNS])
+    members = task_set_members(task_set=task_set).order_by("version__task__title")
+    versions = [member.version for member in members]
+    return {
+        "runs": runs,
+        "run_counts": quality_selectors.runs_signal_counts(runs=runs, user=user),
+        "versions": versions,
+        "models": quality_selectors.pass_rates_by_model(user=user, versions=versions, runs=runs),
+    }
+
+
 @login_required
 @require_GET
 def signal_overview(request: HttpRequest) -> HttpResponse:
-    """Task sets with the zero-signal count of their latest run; for a chosen set, each run's counts,
-    pass rates per model, and the chosen run's table (the latest run by default)."""
+    """Task sets with the zero-signal count of their latest run; for a chosen set (`task_set`) each
+    run's counts and pass rates per model; for a chosen run (`run`, else the set's latest) its table."""
     _require_run_reader(request)
     task_set_id, run_id = SignalFilterForm(request.GET).ids()
     run = _get_run_for_user(request, run_id) if run_id else None
-    if run is not None and task_set_id is None:
-        task_set_id = run.task_set_id
-    sets = list(task_sets_for(user=request.user).order_by("-created_at")[: quality_selectors.MAX_SET_RUNS])
-    task_set = next((s for s in sets if s.pk == task_set_id), None) if task_set_id else None
+    task_set_id = task_set_id or (run.task_set_id if run else None)
+    task_set = task_sets_for(user=request.user).filter(pk=task_set_id).first() if task_set_id else None
     if task_set_id and task_set is None and run is None:
         raise Http404("No such task set")
     context: dict[str, Any] = {"task_set": task_set, "run": run}
     if task_set is None and run is None:
-        latest = {}
-        for candidate in quality_selectors.signal_runs(user=request.user).filter(task_set__in=sets):
-            latest.setdefault(candidate.task_set_id, candidate)
-        counts = quality_selectors.runs_signal_counts(runs=list(latest.values()), user=request.user)
-        context["sets"] = [
-            {
-                "task_set": s,
-                "run": latest.get(s.pk),
-                "counts": counts.get(latest[s.pk].pk) if s.pk in latest else None,
-            }
-            for s in sets
-        ]
+        context["sets"] = _sets_overview(request.user)
         return render(request, "runs/quality/signal.html", context)
-    runs = (
-        list(
-            quality_selectors.signal_runs(user=request.user, task_set=task_set)[
-                : quality_selectors.MAX_SET_RUNS
-            ]
-        )
-        if task_set
-        else []
-    )
-    run = run or (runs[0] if runs else None)
     if task_set is not None:
-        versions = [
-            member.version for member in task_set_members(task_set=task_set).order_by("version__task__title")
-        ]
-        context["models"] = quality_selectors.pass_rates_by_model(
-            user=request.user, versions=versions, runs=runs
-        )
-        context["versions"] = versions
-        context["runs"] = runs
-        context["run_counts"] = quality_selectors.runs_signal_counts(runs=runs, user=request.user)
+        context.update(_set_context(request.user, task_set))
+        run = run or (context["runs"][0] if context["runs"] else None)
     if run is not None:
         context.update(_run_signal_context(request, run))
     return render(request, "runs/quality/signal.html", context)

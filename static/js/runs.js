@@ -40,7 +40,7 @@
         fill: bars ? colour(index) + "55" : undefined,
         width: 1.5,
         spanGaps: true,
-        paths: bars ? window.uPlot.paths.bars({ size: [0.8, 24] }) : undefined,
+        paths: bars ? window.uPlot.paths.bars({ size: [0.8, chart.x_labels ? 64 : 24] }) : undefined,
         points: { show: single || chart.x.length <= 30 },
         value: formatValue(chart.unit),
       };
@@ -62,7 +62,8 @@
       // Categories (e.g. difficulty bands) drawn at x = 0, 1, 2...: name them on the axis and in the legend.
       var name = function (x) { return chart.x_labels[Math.round(x)] || ""; };
       options.axes[0].values = function (self, ticks) { return ticks.map(name); };
-      series[0] = { label: "", value: function (self, x) { return x == null ? "–" : name(x); } };
+      series[0] = { label: chart.x_title || "", value: function (self, x) { return x == null ? "–" : name(x); } };
+      options.axes[1].incrs = [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000];  // counts: whole ticks
     }
     if (chart.unit === "%") options.scales.y = { range: [0, 1] };
     if (single) options.scales.x.range = function (self, min, max) { return [min - 1, max + 1]; };

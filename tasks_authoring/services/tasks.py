@@ -205,7 +205,7 @@ def submit_problems(version: TaskVersion) -> list[str]:
 
 @transaction.atomic
 def task_version_submit(*, version: TaskVersion, user) -> TaskVersion:
-    """Freezes a draft for review and records its content hash."""
+    """Freezes a draft for review, records its content hash and requests its validation (on commit)."""
     require_editable(version, user)
     problems = submit_problems(version)
     if problems:
@@ -215,6 +215,10 @@ def task_version_submit(*, version: TaskVersion, user) -> TaskVersion:
     version.submitted_at = timezone.now()
     version.save(update_fields=["content_hash", "state", "submitted_at"])
     _mirror_status(version)
+    # runs builds on this app, so its service is looked up here; the run is dispatched on commit.
+    from runs.services.validation import version_validation_request
+
+    version_validation_request(version=version, user=user, trigger="submit")
     return version
 
 
@@ -236,7 +240,8 @@ def review_decide(
     criterion: Criterion | None = None,
     world_file: WorldFile | None = None,
 ) -> Review:
-    """Approve, request changes (the comment says what) or comment; decisions need a version in review."""
+    """Approve, request changes (the comment says what) or comment; decisions need a version in review.
+    Approving also needs the version's latest finished validation passed or overridden (docs/quality.md)."""
     if decision not in ReviewDecision.values:
         raise AuthoringError(f"decision must be one of {', '.join(ReviewDecision.values)}")
     if criterion is not None and criterion.version_id != version.pk:
@@ -260,6 +265,12 @@ def review_decide(
             )
         if decision == ReviewDecision.REQUEST_CHANGES and not comment.strip():
             raise AuthoringError("comment: say what needs to change")
+        if decision == ReviewDecision.APPROVE:
+            from runs.services.validation import version_approval_problem
+
+            problem = version_approval_problem(version)
+            if problem is not None:
+                raise AuthoringError(problem)
         version.state = (
             VersionState.APPROVED if decision == ReviewDecision.APPROVE else VersionState.CHANGES_REQUESTED
         )

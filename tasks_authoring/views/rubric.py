@@ -1,15 +1,20 @@
-"""The rubric editor: add, edit, reorder and delete criteria inline; each htmx action re-renders the list."""
+"""The rubric editor: add, edit, reorder and delete criteria inline; each htmx action re-renders the list.
+
+Beside it, "Try the rubric" grades a candidate answer against the criteria (docs/quality.md)."""
 
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from runs.models import Rollout
 from tasks_authoring import services
 from tasks_authoring.errors import AuthoringError, CriterionError
 from tasks_authoring.forms import CRITERION_PARAMS, CriterionForm, param_field_name
+from tasks_authoring.services import rubric_trial
 from tasks_authoring.views.access import (
     _can_edit,
     _get_criterion_for_editor,
@@ -74,12 +79,23 @@ def _criterion_fields(form: CriterionForm) -> dict | None:
     }
 
 
+def _trial_context(request: HttpRequest, task) -> dict:
+    """The try-it panel's choices; empty for people who may not use it."""
+    if not rubric_trial.rubric_try_allowed(user=request.user, task=task):
+        return {"can_try": False}
+    return {
+        "can_try": True,
+        "trial_rollouts": rubric_trial.rubric_trial_rollouts(task=task, user=request.user),
+    }
+
+
 @login_required
 @require_GET
 def rubric_editor(request: HttpRequest, pk: int) -> HttpResponse:
     task = _get_task_for_user(request, pk)
     version = _get_version(task, None)
-    return render(request, "tasks_authoring/rubric.html", _rubric_context(request, version))
+    context = _rubric_context(request, version, **_trial_context(request, task))
+    return render(request, "tasks_authoring/rubric.html", context)
 
 
 @login_required
@@ -152,3 +168,52 @@ def criterion_delete(request: HttpRequest, pk: int, criterion_id: int) -> HttpRe
     if not request.htmx:
         return redirect("tasks_authoring:rubric", pk=pk)
     return _render_rubric(request, version)
+
+
+@login_required
+@require_POST
+def rubric_try(request: HttpRequest, pk: int) -> HttpResponse:
+    """Grade a typed answer, the golden answer or a real rollout's answer; nothing is stored."""
+    task = _get_task_for_user(request, pk)
+    if not rubric_trial.rubric_try_allowed(user=request.user, task=task):
+        raise PermissionDenied("Only the task's editors and reviewers can try its rubric")
+    version = _get_version(task, None)
+    source = request.POST.get("source", "typed")
+    answer = request.POST.get("answer", "")
+    # One byte past the limit is enough for the service to refuse the file by name.
+    files = {
+        f.name: f.read(rubric_trial.MAX_OUTPUT_FILE_BYTES + 1) for f in request.FILES.getlist("output_files")
+    }
+    rollout_id = None
+    trial, error = None, ""
+    if source == "golden":
+        answer = version.golden_answer
+        if not answer:
+            error = "This version has no golden answer yet: write one in the editor."
+    elif source == "rollout":
+        try:
+            rollout_id = int(request.POST.get("rollout", ""))
+            answer, files = rubric_trial.rubric_trial_rollout_answer(
+                task=task, user=request.user, rollout_id=rollout_id
+            )
+        except (ValueError, Rollout.DoesNotExist):
+            raise Http404("No such rollout of this task in a run you can read") from None
+    if not error:
+        try:
+            trial = rubric_trial.rubric_try(
+                version=version, user=request.user, answer=answer, output_files=files
+            )
+        except AuthoringError as exc:
+            error = str(exc)
+    context = {
+        "trial": trial,
+        "trial_answer": answer,
+        "trial_error": error,
+        "trial_rollout_id": rollout_id,
+        "trial_files": sorted(files),
+    }
+    if request.htmx:
+        context.update(task=task, version=version, **_trial_context(request, task))
+        return render(request, "tasks_authoring/rubric.html#rubric_trial", context)
+    full = _rubric_context(request, version, **_trial_context(request, task), **context)
+    return render(request, "tasks_authoring/rubric.html", full, status=400 if error else 200)

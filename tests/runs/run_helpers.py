@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from django.conf import settings
+from django.contrib.auth.models import Group, User
 
 from rl_engine.toy_tasks import write_toy_tasks
 from runs.demo import bundles_task_set_create, toy_model_ensure
@@ -28,7 +29,12 @@ def toy_task_set(users: dict, name: str, objects: list[str], *, judged: tuple[st
                     {"id": "c2", "text": "The answer is polite", "kind": "llm_judge", "params": {}}
                 )
                 (bundle / "tests" / "rubric.json").write_text(json.dumps(rubric))
-        return bundles_task_set_create(folder=Path(folder), name=name, eval_fraction=0.5, **users)
+        broken = {}
+        if judged:  # approved although its validation fails: what these tests are about
+            admin, _ = User.objects.get_or_create(username="test_admin", defaults={"is_superuser": True})
+            admin.groups.add(Group.objects.get(name="admin"))
+            broken = {"admin": admin, "override_reason": "deliberately broken: no judge in this test"}
+        return bundles_task_set_create(folder=Path(folder), name=name, eval_fraction=0.5, **users, **broken)
 
 
 def train_spec(*, steps: int) -> dict:
@@ -41,6 +47,9 @@ def train_spec(*, steps: int) -> dict:
         "evaluation": {"at_start": False},
         "resources": {"sandboxes_per_worker": 2},
         "max_steps": steps,
+        "health_gate": {
+            "max_eval_harness_error_rate": None
+        },  # the toy sets have no finished evaluation; the gate has its own tests
     }
 
 

@@ -150,6 +150,21 @@ def test_cancelling_a_finished_run_is_a_conflict(researcher, run_with_rollouts):
     assert response.status_code == 409 and "already ended" in response.json()["detail"]
 
 
+def test_a_paused_run_resumes_over_the_api_and_a_running_one_is_a_conflict(
+    researcher, run_with_rollouts, monkeypatch, django_capture_on_commit_callbacks
+):
+    sent = []
+    monkeypatch.setattr("runs.tasks.run_dispatch.delay", lambda pk: sent.append(pk))
+    client = _as(researcher)
+    refused = client.post(f"/api/runs/{run_with_rollouts.pk}/resume")
+    assert refused.status_code == 409 and "only a paused run resumes" in refused.json()["detail"]
+    type(run_with_rollouts).objects.filter(pk=run_with_rollouts.pk).update(status=RunStatus.PAUSED)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post(f"/api/runs/{run_with_rollouts.pk}/resume")
+    assert response.status_code == 200 and response.json()["status"] == "queued"
+    assert sent == [run_with_rollouts.pk]
+
+
 def test_metrics_come_as_one_series_per_numeric_metric(reviewer, run_with_rollouts):
     client = _as(reviewer)
     body = client.get(f"/api/runs/{run_with_rollouts.pk}/metrics").json()

@@ -60,7 +60,11 @@ def test_the_job_folder_holds_each_version_by_split_and_the_spec(researcher, toy
         kind="train",
         task_set=toy_set,
         split="train",
-        spec={"model": {"builtin": "tiny-llama"}, "batch": {"prompts_per_step": 1, "samples_per_prompt": 2}},
+        spec={
+            "model": {"builtin": "tiny-llama"},
+            "batch": {"prompts_per_step": 1, "samples_per_prompt": 2},
+            "health_gate": {"max_eval_harness_error_rate": None},
+        },
     )
 
     job = dispatch.run_job_export(run=train_set)

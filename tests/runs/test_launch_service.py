@@ -18,6 +18,9 @@ TRAIN_TINY = {
     "max_steps": 3,
     "batch": {"prompts_per_step": 2, "samples_per_prompt": 4},
     "evaluation": {"every_steps": 2, "samples_per_task": 1},
+    "health_gate": {
+        "max_eval_harness_error_rate": None
+    },  # these tests are not about the health gate (tests/runs/test_launch_gate.py)
 }
 
 

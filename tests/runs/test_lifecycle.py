@@ -12,7 +12,8 @@ import pytest
 from django.utils import timezone
 
 from runs import ray_jobs
-from runs.models import Rollout, Run, RunStatus, StepMetric
+from runs.models import FINAL_STATUSES, Rollout, Run, RunEvent, RunStatus, StepMetric
+from runs.services import dispatch
 from runs.services.launch import run_cancel, run_launch
 
 from .run_helpers import (
@@ -163,3 +164,35 @@ def test_a_run_whose_dispatch_message_was_lost_is_dispatched_again(
 
     assert run.status == RunStatus.SUCCEEDED, describe(run)
     assert finals(run).count() == 2
+
+
+def test_a_harness_burst_pauses_training_and_resume_runs_the_job_again(live_runs_stack, users, researcher):
+    """Every train task needs a judge the run lacks: step 1 is all JUDGE harness errors, so the gate
+    pauses the run before its first update; Resume submits a second Ray job that continues with
+    `--resume` in the same folder and, the harness still broken, pauses again with its own evidence."""
+    task_set = toy_task_set(users, "Toy, judge missing", ["grass", "leaf"], judged=("grass", "leaf"))
+    spec = {
+        **train_spec(steps=3),
+        "max_attempts": 1,
+        "health_gate": {"max_eval_harness_error_rate": None, "window_rollouts": 4, "on_trip": "pause"},
+    }
+    run = run_launch(user=researcher, kind="train", task_set=task_set, split="train", spec=spec)
+
+    run = wait_for_status(run, (RunStatus.PAUSED, *FINAL_STATUSES), timeout=120)
+    assert run.status == RunStatus.PAUSED, describe(run)
+    assert run.status_reason.startswith("health gate: 2 of the last 2 final rollouts (step 1)")
+    assert "JUDGE 2" in run.status_reason and run.steps_done == 0
+    assert run.checkpoints.filter(step=0).exists()
+
+    dispatch.run_resume(run=run, user=researcher)
+    wait_for(
+        lambda: RunEvent.objects.filter(run=run, type="run_finished").count() == 2,
+        timeout=120,
+        what=lambda: describe(run),
+    )
+    run = wait_for_status(run, (RunStatus.PAUSED, *FINAL_STATUSES), timeout=30)
+    assert run.status == RunStatus.PAUSED and run.ray_job_id == f"practicum-{run.uuid}-resume-1"
+    messages = [e.payload["message"] for e in RunEvent.objects.filter(run=run, type="log").order_by("seq")]
+    assert "resumed from step_000000" in messages
+    assert not StepMetric.objects.filter(run=run).exists()  # no update ever ran on the broken signal
+    assert_every_event_stored_once(run)

@@ -13,6 +13,7 @@ from tasks_authoring.models import TaskSet
 from tasks_authoring.services.task_sets import task_set_create
 from tests.runs.factories import make_run
 from tests.runs.trace_helpers import ingest, make_world
+from tests.runs.validation_helpers import validation_finished
 
 pytestmark = pytest.mark.django_db
 
@@ -64,6 +65,7 @@ def test_the_newest_version_a_task_ran_is_taken(world, expert, researcher, revie
     draft = authoring.task_version_new_draft(task=q0.task, user=expert)
     authoring.task_version_update(version=draft, user=expert, instruction="What was Q4 revenue?")
     authoring.task_version_submit(version=draft, user=expert)
+    validation_finished(draft)
     authoring.review_decide(version=draft, reviewer=reviewer, decision="approve")
     draft.refresh_from_db()
     second = task_set_create(owner=researcher, name="Second", versions=[draft], eval_fraction=0, seed=1)

@@ -7,6 +7,7 @@ import json
 from email.message import EmailMessage
 
 from tasks_authoring import services
+from tests.runs.validation_helpers import validation_finished
 
 
 def pdf_bytes(pages: list[str]) -> bytes:
@@ -86,6 +87,7 @@ def draft_with_rubric(expert, *, title: str = "Revenue question", files: dict[st
 def approve(task, expert, reviewer):
     version = task.latest_version
     services.task_version_submit(version=version, user=expert)
+    validation_finished(version)
     services.review_decide(version=version, reviewer=reviewer, decision="approve")
     version.refresh_from_db()
     return version

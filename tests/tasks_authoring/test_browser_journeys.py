@@ -7,6 +7,7 @@ import re
 import pytest
 
 from tasks_authoring.models import Task
+from tests.runs.validation_helpers import validation_finished
 from tests.tasks_authoring.web_helpers import pdf_bytes, workbook_bytes
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
@@ -86,6 +87,8 @@ def test_the_expert_writes_a_task_and_the_reviewer_approves_it(
     page.locator(".message.success", has_text="waiting for a reviewer").wait_for()
     page.screenshot(path=str(tmp_path / "5-submitted.png"), full_page=True)
     page.click("text=Log out")
+    # Its validation run needs Ray, which this test has not; tests/runs/test_browser_validation.py covers it.
+    validation_finished(task.latest_version)
 
     _log_in(page, live_server, reviewer)
     page.click(".mainnav >> text=Review queue")

@@ -66,6 +66,9 @@ def _url(world, name: str) -> str:
         "draft_file_delete": reverse("tasks_authoring:world_file_delete", args=[draft.pk, draft_file.pk]),
         "draft_rubric": reverse("tasks_authoring:rubric", args=[draft.pk]),
         "draft_criterion_add": reverse("tasks_authoring:criterion_add", args=[draft.pk]),
+        "draft_rubric_try": reverse("tasks_authoring:rubric_try", args=[draft.pk]),
+        "in_review_rubric_try": reverse("tasks_authoring:rubric_try", args=[in_review.pk]),
+        "approved_rubric_try": reverse("tasks_authoring:rubric_try", args=[approved.pk]),
         "draft_criterion_edit": reverse(
             "tasks_authoring:criterion_edit", args=[draft.pk, draft_criterion.pk]
         ),
@@ -116,6 +119,9 @@ MATRIX = [
     ("draft_file_delete", "post", {}, (302, 404, 404, 404, 404)),
     ("draft_rubric", "get", None, (200, 404, 404, 404, 404)),
     ("draft_criterion_add", "post", {}, (400, 404, 404, 404, 404)),
+    ("draft_rubric_try", "post", {"answer": "x"}, (200, 404, 404, 404, 404)),
+    ("in_review_rubric_try", "post", {"answer": "x"}, (200, 404, 404, 200, 404)),
+    ("approved_rubric_try", "post", {"answer": "x"}, (200, 403, 403, 200, 404)),
     ("draft_criterion_edit", "get", None, (200, 404, 404, 404, 404)),
     ("draft_criterion_move", "post", {"direction": "down"}, (302, 404, 404, 404, 404)),
     ("draft_criterion_delete", "post", {}, (302, 404, 404, 404, 404)),
@@ -169,7 +175,7 @@ def test_every_url_of_the_app_is_in_the_matrix():
         "task_list", "task_create", "import", "markdown_preview", "review_queue", "task_set_list",
         "task_set_create", "task_set_detail", "task_set_export", "task_detail", "task_edit", "world_manager",
         "world_status", "world_upload", "world_file", "world_file_move", "world_file_delete", "rubric",
-        "criterion_add", "criterion_edit", "criterion_move", "criterion_delete", "agent_view", "version_diff",
+        "criterion_add", "rubric_try", "criterion_edit", "criterion_move", "criterion_delete", "agent_view", "version_diff",
         "task_submit", "version_export", "task_new_draft", "review_decide", "task_archive", "export_job",
         "export_job_download",
     }  # fmt: skip

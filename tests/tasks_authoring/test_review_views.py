@@ -1,6 +1,7 @@
 import pytest
 from django.urls import reverse
 
+from tests.runs.validation_helpers import validation_finished
 from tests.tasks_authoring.web_helpers import in_review_task
 
 pytestmark = pytest.mark.django_db
@@ -21,6 +22,7 @@ def test_an_empty_queue_says_so(client, reviewer):
 
 def test_a_reviewer_approves(client, expert, reviewer):
     task = in_review_task(expert)
+    validation_finished(task.latest_version)
     client.force_login(reviewer)
     response = client.post(
         reverse("tasks_authoring:review_decide", args=[task.pk]), {"decision": "approve"}, follow=True

@@ -8,6 +8,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 
 from tasks_authoring import services
 from tasks_authoring.models import Task, TaskVersion, WorldFile
+from tests.runs.validation_helpers import validation_finished
 
 
 def pdf_bytes(pages: list[str]) -> bytes:
@@ -80,6 +81,7 @@ def in_review_task(owner, **kwargs) -> Task:
 
 def approved_task(owner, reviewer, **kwargs) -> Task:
     task = in_review_task(owner, **kwargs)
+    validation_finished(task.latest_version)
     services.review_decide(version=task.latest_version, reviewer=reviewer, decision="approve", comment="")
     task.refresh_from_db()
     return task

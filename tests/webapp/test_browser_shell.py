@@ -15,7 +15,7 @@ def test_the_expert_logs_in_and_sees_the_shell(page, live_server, expert, tmp_pa
     assert page.locator("h1").inner_text() == "Welcome, erin_expert"
     assert page.locator(".topbar .badge").all_inner_texts() == ["expert"]
     assert page.locator('[data-role="expert"]').is_visible()
-    assert page.locator(".mainnav a").all_inner_texts() == ["Home", "Tasks"]
+    assert page.locator(".mainnav a").all_inner_texts() == ["Home", "Tasks", "Runs", "Traces"]
     # htmx is served from our own static files and loaded.
     assert page.evaluate("typeof window.htmx") == "object"
     page.screenshot(path=str(tmp_path / "expert-home.png"), full_page=True)

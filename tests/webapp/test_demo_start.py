@@ -38,7 +38,10 @@ def _demo_runs(var_dir: Path) -> dict[str, tuple[str, str]]:
     with sqlite3.connect(f"file:{var_dir / 'practicum.sqlite3'}?mode=ro", uri=True) as db:
         return {
             name: (status, reason)
-            for name, status, reason in db.execute("SELECT name, status, status_reason FROM runs_run")
+            # The set-up validations of the demo tasks are runs too (kind validate); these are the launched ones.
+            for name, status, reason in db.execute(
+                "SELECT name, status, status_reason FROM runs_run WHERE kind != 'validate'"
+            )
         }
 
 
