@@ -162,6 +162,7 @@ RUBRIC_TRY_TIMEOUT_SECONDS = env_int("RUBRIC_TRY_TIMEOUT_SECONDS", 20)
 RUN_RECONCILE_SECONDS = env_int("RUN_RECONCILE_SECONDS", 5)
 # A run whose cluster does not answer, or whose job Ray does not know, for this long is failed.
 RUN_LOST_AFTER_SECONDS = env_int("RUN_LOST_AFTER_SECONDS", 60)
+RAY_SUBMIT_PATIENCE_SECONDS = env_int("RAY_SUBMIT_PATIENCE_SECONDS", 60)
 # Dispatch and reconcile have their own queue: its workers must reach Ray and RUNS_DIR (docs/operations.md).
 # Only tasks named "runs.tasks.*" go there; a runs task that needs no Ray takes another name.
 CELERY_TASK_ROUTES = {"runs.tasks.*": {"queue": "runs"}}

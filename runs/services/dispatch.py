@@ -24,6 +24,7 @@ import shlex
 import shutil
 import signal
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -107,13 +108,10 @@ def run_submit(*, run: Run) -> Run:
             if not _still_starting(run):
                 return run  # cancelled while the folder was written: submit nothing
             upload = _folder_bytes(job_dir) <= UPLOAD_MAX_BYTES
-            ray_jobs.job_submit(
-                run.ray_address,
-                submission_id=run.ray_job_id,
+            _submit_patiently(
+                run,
                 entrypoint=_entrypoint(run, job_dir=None if upload else job_dir),
                 working_dir=str(job_dir) if upload else None,
-                env_vars=_job_env(run),
-                metadata={"practicum_run": str(run.uuid), "kind": run.kind},
             )
         except (
             DispatchError,
@@ -128,6 +126,30 @@ def run_submit(*, run: Run) -> Run:
             _run_fail(run, f"could not dispatch the run: {type(error).__name__}: {error}")
     run.refresh_from_db()
     return run
+
+
+SUBMIT_RETRY_SECONDS = 2
+
+
+def _submit_patiently(run: Run, *, entrypoint: str, working_dir: str | None) -> None:
+    """Submits the job, asking again while Ray does not answer or answers with a server error (a head that
+    has just started says "No available agent to submit job"), for up to RAY_SUBMIT_PATIENCE_SECONDS."""
+    deadline = time.monotonic() + settings.RAY_SUBMIT_PATIENCE_SECONDS
+    while True:
+        try:
+            ray_jobs.job_submit(
+                run.ray_address,
+                submission_id=run.ray_job_id,
+                entrypoint=entrypoint,
+                working_dir=working_dir,
+                env_vars=_job_env(run),
+                metadata={"practicum_run": str(run.uuid), "kind": run.kind},
+            )
+            return
+        except ray_jobs.RayUnavailable:
+            if time.monotonic() + SUBMIT_RETRY_SECONDS > deadline:
+                raise
+            time.sleep(SUBMIT_RETRY_SECONDS)
 
 
 def _already_submitted(run: Run) -> bool:

@@ -119,6 +119,7 @@ def test_a_run_cancelled_while_queued_is_never_submitted(ray_settings, researche
 
 def test_a_submission_to_an_unreachable_cluster_fails_the_run_with_the_reason(settings, researcher, toy_set):
     settings.RAY_ADDRESS = f"http://127.0.0.1:{free_port()}"
+    settings.RAY_SUBMIT_PATIENCE_SECONDS = 3  # asked again once, then given up
     run = launch(researcher, toy_set)
 
     run = dispatch.run_submit(run=run)
@@ -209,3 +210,23 @@ def test_a_cancel_whose_job_ray_never_got_ends_the_run_at_once(live_ray_head, re
     run.refresh_from_db()
     assert run.status == RunStatus.CANCELLED
     assert run.status_reason == "cancel requested by rhea_researcher"
+
+
+def test_a_head_that_is_still_starting_is_asked_again(settings, researcher, toy_set, monkeypatch):
+    """A fresh Ray head answers 500 "No available agent to submit job" for a few seconds."""
+    settings.RAY_ADDRESS = "http://127.0.0.1:8265"
+    settings.RAY_SUBMIT_PATIENCE_SECONDS = 10
+    answers = [ray_jobs.RayUnavailable("No available agent to submit job, please try again later.")]
+    submitted = []
+
+    def submit(address, **job):
+        if answers:
+            raise answers.pop()
+        submitted.append(job["submission_id"])
+        return True
+
+    monkeypatch.setattr(ray_jobs, "job_submit", submit)
+    monkeypatch.setattr(ray_jobs, "job_info", lambda address, job_id: None)
+    monkeypatch.setattr(dispatch, "SUBMIT_RETRY_SECONDS", 0.01)
+    run = dispatch.run_submit(run=launch(researcher, toy_set))
+    assert run.status == RunStatus.STARTING and submitted == [run.ray_job_id]

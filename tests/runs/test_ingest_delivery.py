@@ -92,13 +92,14 @@ def test_nothing_is_lost_when_the_ingesting_connections_are_killed(live_server, 
     token = run_ingest_token(run)
     settings = connection.settings_dict
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_backend_pid()")
-        (own_pid,) = cursor.fetchone()
+        cursor.execute("SELECT pg_backend_pid(), clock_timestamp()")
+        own_pid, started = cursor.fetchone()
     killed: list[int] = []
     streaming = threading.Event()
 
     def kill_ingesting_connections() -> None:
-        # Only this test database's backends, never the test's own connection or another database's.
+        # Only connections opened since this test began (the live server's per-request ones that ingest), in
+        # this test database: never the test's own, nor the session's workers' and fixtures' older ones.
         with psycopg.connect(
             host=settings["HOST"] or "127.0.0.1",
             port=settings["PORT"] or 5432,
@@ -111,8 +112,9 @@ def test_nothing_is_lost_when_the_ingesting_connections_are_killed(live_server, 
             while streaming.is_set() and len(killed) < 5:
                 rows = admin.execute(
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                    "WHERE datname = current_database() AND pid <> pg_backend_pid() AND pid <> %s",
-                    [own_pid],
+                    "WHERE datname = current_database() AND pid <> pg_backend_pid() AND pid <> %s "
+                    "AND backend_start > %s",
+                    [own_pid, started],
                 ).fetchall()
                 if any(ok for (ok,) in rows):
                     killed.append(len(rows))
