@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -89,6 +90,9 @@ class DevStack:
                     f"--num-cpus={self.ray_cpus}",
                     "--dashboard-host=127.0.0.1",
                     f"--dashboard-port={self.ray_dashboard_port}",
+                    # A free agent port: the default (52365) may belong to another Ray head on this machine,
+                    # and a head whose agent cannot bind refuses every job ("No available agent").
+                    f"--dashboard-agent-listen-port={_free_port()}",
                     "--include-dashboard=true",
                     f"--temp-dir={ray_temp}",
                     "--disable-usage-stats",
@@ -201,3 +205,9 @@ def stop_process_group(process: subprocess.Popen, grace: float = STOP_GRACE_SECO
             except subprocess.TimeoutExpired:
                 pass
     process.wait()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]

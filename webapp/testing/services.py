@@ -118,6 +118,9 @@ def ray_head(*, num_cpus: int = 1, ready_timeout: float = 120) -> Iterator[RayHe
                 f"--num-cpus={num_cpus}",
                 "--dashboard-host=127.0.0.1",
                 f"--dashboard-port={dashboard_port}",
+                # Its own agent port: the default (52365) is taken by any other head on this machine, and a
+                # head whose agent cannot bind refuses every job ("No available agent to submit job").
+                f"--dashboard-agent-listen-port={free_port()}",
                 "--include-dashboard=true",
                 f"--temp-dir={temp_dir}",
                 "--disable-usage-stats",
