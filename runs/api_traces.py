@@ -20,11 +20,12 @@ from ninja import Field, Query, Router, Schema, Status
 from ninja.pagination import paginate
 
 from rl_engine.outcomes import Outcome
+from tasks_authoring.models import ExportStatus
 from webapp.roles import Role, has_role
 
 from . import selectors
 from .api import MAX_TURNS_PER_PAGE, Detail, Page, RolloutOut
-from .models import LabelKind, MetricSplit, Rollout, TraceExport, TraceExportFormat, TraceExportStatus
+from .models import LabelKind, MetricSplit, Rollout, TraceExport, TraceExportFormat
 from .permissions import is_admin
 from .services.labels import rollout_label_set
 from .services.trace_exports import CONTENT_TYPES, TraceExportError, rollout_filters, trace_export_create
@@ -127,7 +128,7 @@ class ExportOut(Schema):
 
     @staticmethod
     def resolve_download_url(export: TraceExport) -> str | None:
-        if export.status != TraceExportStatus.DONE or not export.file:
+        if export.status != ExportStatus.DONE or not export.file:
             return None
         return reverse("api:trace_export_download", args=[export.pk])
 
@@ -258,7 +259,7 @@ def export_detail(request: HttpRequest, export_id: int):
 def export_download(request: HttpRequest, export_id: int):
     """The export's file (JSONL or CSV) once it is done; 404 before."""
     export = _export(request, export_id)
-    if export.status != TraceExportStatus.DONE or not export.file:
+    if export.status != ExportStatus.DONE or not export.file:
         raise Http404("This export has no file yet")
     return FileResponse(
         export.file.open("rb"),

@@ -16,7 +16,7 @@ import uuid
 from django.conf import settings
 from django.db import models
 
-from tasks_authoring.models import TaskSet, TaskVersion
+from tasks_authoring.models import ExportStatus, TaskSet, TaskVersion
 
 
 class RunKind(models.TextChoices):
@@ -305,13 +305,6 @@ class TraceExportFormat(models.TextChoices):
     METRICS_CSV = "metrics_csv", "Step metrics (CSV)"
 
 
-class TraceExportStatus(models.TextChoices):
-    QUEUED = "queued", "Queued"
-    RUNNING = "running", "Running"
-    DONE = "done", "Done"
-    FAILED = "failed", "Failed"
-
-
 def trace_export_upload_to(job: TraceExport, filename: str) -> str:
     return f"trace-exports/{job.owner_id}/{job.pk}/{filename}"
 
@@ -325,9 +318,7 @@ class TraceExport(models.Model):
     format = models.CharField(max_length=12, choices=TraceExportFormat.choices)
     filters = models.JSONField(default=dict, help_text="The rollout-list filters, as in the URL.")
     label = models.CharField(max_length=300, help_text="What is exported, in words.")
-    status = models.CharField(
-        max_length=10, choices=TraceExportStatus.choices, default=TraceExportStatus.QUEUED
-    )
+    status = models.CharField(max_length=10, choices=ExportStatus.choices, default=ExportStatus.QUEUED)
     done = models.PositiveIntegerField(default=0)
     total = models.PositiveIntegerField(default=0)
     error = models.TextField(blank=True)

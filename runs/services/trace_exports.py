@@ -27,6 +27,7 @@ from pydantic import ValidationError
 
 from rl_engine.atif import to_atif
 from rl_engine.trace import RolloutRecord
+from tasks_authoring.models import ExportStatus
 from webapp.roles import Role, has_role
 
 from ..models import (
@@ -36,7 +37,6 @@ from ..models import (
     StepMetric,
     TraceExport,
     TraceExportFormat,
-    TraceExportStatus,
 )
 
 logger = logging.getLogger(__name__)
@@ -132,8 +132,8 @@ def trace_export_run(*, export: TraceExport) -> TraceExport:
     # A job still "running" is claimed again: with late acks the broker redelivers a message only
     # when the worker that held it died, and writing the file again is harmless.
     claimed = TraceExport.objects.filter(
-        pk=export.pk, status__in=[TraceExportStatus.QUEUED, TraceExportStatus.RUNNING]
-    ).update(status=TraceExportStatus.RUNNING, done=0, error="")
+        pk=export.pk, status__in=[ExportStatus.QUEUED, ExportStatus.RUNNING]
+    ).update(status=ExportStatus.RUNNING, done=0, error="")
     export.refresh_from_db()
     if not claimed:
         return export  # already finished by an earlier delivery of the same message
@@ -163,11 +163,11 @@ def trace_export_run(*, export: TraceExport) -> TraceExport:
             logger.exception("trace export %s failed", export.pk)
             reason = f"{type(exc).__name__}: {exc}"
         TraceExport.objects.filter(pk=export.pk).update(
-            status=TraceExportStatus.FAILED, error=reason, finished_at=timezone.now()
+            status=ExportStatus.FAILED, error=reason, finished_at=timezone.now()
         )
     else:
         TraceExport.objects.filter(pk=export.pk).update(
-            status=TraceExportStatus.DONE,
+            status=ExportStatus.DONE,
             file=export.file.name,
             done=written,
             total=written,

@@ -16,7 +16,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django_htmx.http import HttpResponseStopPolling
 
-from runs.models import TraceExport, TraceExportStatus
+from runs.models import TraceExport
 from runs.permissions import is_admin
 from runs.services.task_sets_from_traces import task_set_from_rollouts, task_versions_of_rollouts
 from runs.services.trace_exports import (
@@ -28,10 +28,11 @@ from runs.services.trace_exports import (
 )
 from runs.views.access import _require_run_reader
 from tasks_authoring.errors import AuthoringError
+from tasks_authoring.models import ExportStatus
 from webapp.roles import Role, require_role
 
 EXPORTS_PAGE = 50
-FINISHED = (TraceExportStatus.DONE, TraceExportStatus.FAILED)
+FINISHED = (ExportStatus.DONE, ExportStatus.FAILED)
 
 
 def _get_trace_export_for_user(request: HttpRequest, pk: int) -> TraceExport:
@@ -100,7 +101,7 @@ def trace_export_detail(request: HttpRequest, pk: int) -> HttpResponse:
 @require_GET
 def trace_export_download(request: HttpRequest, pk: int) -> FileResponse:
     export = _get_trace_export_for_user(request, pk)
-    if export.status != TraceExportStatus.DONE or not export.file:
+    if export.status != ExportStatus.DONE or not export.file:
         raise Http404("This export has no file")
     return FileResponse(
         export.file.open("rb"),
