@@ -145,6 +145,7 @@ def _seed(steps: int, per_step: int, task_count: int) -> dict:
     from django.utils import timezone
 
     from runs.models import Checkpoint, Run, RunEvent, RunTaskVersion, StepMetric
+    from runs.services.tallies import task_tallies_rebuild
     from tasks_authoring.models import Domain, Task, TaskSet, TaskSetMember, TaskVersion
 
     rng = random.Random(7)
@@ -214,6 +215,8 @@ def _seed(steps: int, per_step: int, task_count: int) -> dict:
             for s in range(100, steps + 1, 100)
         )
     _insert_rollouts(_rollout_rows(run.pk, versions, steps, per_step, rng), postgres=_is_postgres())
+    # Ingestion keeps the per-task tallies as rollouts arrive; rows written by COPY are recounted once.
+    task_tallies_rebuild(run=run)
     return {"run": run, "user": researcher, "seconds": time.perf_counter() - started}
 
 

@@ -83,7 +83,7 @@ def _fill(rollouts: int, turns: int):
     from django.contrib.auth.models import Group, User
     from django.db import connection, transaction
 
-    from runs.models import Rollout, RolloutBody, Run
+    from runs.models import Rollout, RolloutBody, RolloutSearchText, Run
     from runs.search_text import search_text_of
     from runs.services.ingest import copy_layout
     from tasks_authoring.models import TaskSet
@@ -117,9 +117,9 @@ def _fill(rollouts: int, turns: int):
         "final_answer",
         "output_files",
         "error_detail",
-        "search_text",
     }
     body_sql, body_layout = copy_layout(RolloutBody, named=body_names)
+    search_sql, _ = copy_layout(RolloutSearchText, named={"rollout_id", "text"})
     timings = json.dumps({"agent": 4.1, "grade": 0.2})
     with transaction.atomic(), connection.cursor() as cursor:
         with cursor.cursor.copy(summary_sql) as copy:
@@ -137,8 +137,11 @@ def _fill(rollouts: int, turns: int):
                 )
         with cursor.cursor.copy(body_sql) as copy:
             for pk in ids:
-                row = {**body, **body_json, "rollout_id": pk, "search_text": search}
+                row = {**body, **body_json, "rollout_id": pk}
                 copy.write_row([default if name is None else row[name] for name, _, default in body_layout])
+        with cursor.cursor.copy(search_sql) as copy:
+            for pk in ids:
+                copy.write_row([pk, search])
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE runs_rollout; ANALYZE runs_rolloutbody")
     return reviewer.pk

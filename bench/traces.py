@@ -79,7 +79,7 @@ def _fixtures():
     return reviewer, researcher, versions, runs
 
 
-def _summary(i: int, run_ids: list[int], version_ids: list[int], per_run: int) -> tuple[dict, dict]:
+def _summary(i: int, run_ids: list[int], version_ids: list[int], per_run: int) -> tuple[dict, dict, dict]:
     from django.utils import timezone
 
     run_index = i // per_run
@@ -126,20 +126,19 @@ def _summary(i: int, run_ids: list[int], version_ids: list[int], per_run: int) -
         "final_answer": "12.5",
         "output_files": [],
         "error_detail": "",
-        "search_text": text.casefold(),
     }
-    return row, body
+    return row, body, {"rollout_id": i + 1, "text": text.casefold()}
 
 
 def _load(count: int, run_ids: list[int], version_ids: list[int]) -> None:
     from django.db import connection, transaction
 
-    from runs.models import Rollout, RolloutBody
+    from runs.models import Rollout, RolloutBody, RolloutSearchText
     from runs.services.ingest import copy_rows
 
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT indexname, indexdef FROM pg_indexes WHERE tablename IN ('runs_rollout', 'runs_rolloutbody') AND indexname NOT IN (SELECT conname FROM pg_constraint)"
+            "SELECT indexname, indexdef FROM pg_indexes WHERE tablename IN ('runs_rollout', 'runs_rolloutbody', 'runs_rolloutsearchtext') AND indexname NOT IN (SELECT conname FROM pg_constraint)"
         )
         indexes = cursor.fetchall()
         for name, _ in indexes:  # a bulk load builds its indexes after the rows, as pg_restore does
@@ -149,8 +148,9 @@ def _load(count: int, run_ids: list[int], version_ids: list[int]) -> None:
     for first in range(0, count, CHUNK):
         pairs = [_summary(i, run_ids, version_ids, per_run) for i in range(first, min(count, first + CHUNK))]
         with transaction.atomic(), connection.cursor() as cursor:
-            copy_rows(cursor.cursor, Rollout, [row for row, _ in pairs])
-            copy_rows(cursor.cursor, RolloutBody, [body for _, body in pairs])
+            copy_rows(cursor.cursor, Rollout, [row for row, _, _ in pairs])
+            copy_rows(cursor.cursor, RolloutBody, [body for _, body, _ in pairs])
+            copy_rows(cursor.cursor, RolloutSearchText, [search for _, _, search in pairs])
     loaded = time.perf_counter()
     with connection.cursor() as cursor:
         timings = []
@@ -162,6 +162,7 @@ def _load(count: int, run_ids: list[int], version_ids: list[int]) -> None:
         # Autovacuum keeps a live table's visibility map set; a freshly loaded one needs this once.
         cursor.execute("VACUUM ANALYZE runs_rollout")
         cursor.execute("VACUUM ANALYZE runs_rolloutbody")
+        cursor.execute("VACUUM ANALYZE runs_rolloutsearchtext")
         cursor.execute(
             "SELECT pg_size_pretty(pg_total_relation_size('runs_rollout')), pg_size_pretty(pg_total_relation_size('runs_rolloutbody'))"
         )
@@ -214,7 +215,7 @@ def _deep_cursor(count: int) -> str:
 
 
 def _long_trace(run_id: int, version_id: int) -> int:
-    from runs.models import Rollout, RolloutBody
+    from runs.models import Rollout, RolloutBody, RolloutSearchText
     from runs.search_text import search_text_of
 
     turns = []
@@ -272,8 +273,8 @@ def _long_trace(run_id: int, version_id: int) -> int:
             }
         ],
         final_answer="12.5",
-        search_text=search_text_of(turns=turns, final_answer="12.5"),
     )
+    RolloutSearchText.objects.create(rollout=rollout, text=search_text_of(turns=turns, final_answer="12.5"))
     return rollout.pk
 
 

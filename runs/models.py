@@ -248,11 +248,57 @@ class RolloutBody(models.Model):
     final_answer = models.TextField(null=True, blank=True)  # noqa: DJ001
     output_files = models.JSONField(default=list)
     error_detail = models.TextField(blank=True)
-    # What the trace list's text search matches (runs/search_text.py); trigram-indexed on PostgreSQL.
-    search_text = models.TextField(blank=True, default="")
 
     def __str__(self) -> str:
         return f"body of rollout {self.rollout_id}"
+
+
+class RolloutSearchText(models.Model):
+    """What the trace list's text search matches (runs/search_text.py); trigram-indexed on PostgreSQL.
+
+    Written by a Celery task after the rollout's batch commits (runs/services/search_index.py), so
+    ingestion neither builds it nor pays for its index: a rollout is searchable seconds after it is
+    listed."""
+
+    rollout = models.OneToOneField(Rollout, on_delete=models.CASCADE, primary_key=True, related_name="search")
+    text = models.TextField(blank=True)
+
+    def __str__(self) -> str:
+        return f"search text of rollout {self.rollout_id}"
+
+
+class RunTaskStepTally(models.Model):
+    """Counts over a run's final rollouts per (split, task, step), kept by ingestion under the run's lock.
+
+    The run page's per-task table and the comparison's per-task diff sum these rows instead of
+    grouping every rollout: a 1,000-step run of 200,000 rollouts has ~25,000 of them. Rollout rows
+    never change their counted fields once stored, so the tallies only ever grow."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="task_tallies")
+    split = models.CharField(max_length=10, choices=MetricSplit.choices)
+    task_name = models.CharField(max_length=200)
+    step = models.PositiveIntegerField()
+    task_version = models.ForeignKey(
+        TaskVersion, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    rollouts = models.PositiveIntegerField(default=0)
+    valid = models.PositiveIntegerField(default=0)
+    passed = models.PositiveIntegerField(default=0)
+    harness_errors = models.PositiveIntegerField(default=0)
+    agent_errors = models.PositiveIntegerField(default=0)
+    # Over the rollouts with a reward: harness errors and cancellations have none, never averaged as 0.
+    reward_sum = models.FloatField(default=0.0)
+    rewarded = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "split", "task_name", "step"], name="unique_task_step_tally"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_name} step {self.step} of run {self.run_id}"
 
 
 class Checkpoint(models.Model):

@@ -1,10 +1,11 @@
 """The text a rollout's "search in messages" filter looks in, built once when the rollout is stored.
 
 Turn contents, tool calls (name, arguments, result), the final answer, the summary's message and the
-harness error's detail, case-folded, each distinct word kept once, into `RolloutBody.search_text`.
+harness error's detail, case-folded, each distinct word kept once, into `RolloutSearchText.text`
+(written after ingestion commits, runs/services/search_index.py).
 A search matches the rollouts whose text holds every word of the query (as a word or inside one:
 `pdf` finds `reports/q2.pdf`), one substring match (`contains`) per word, which PostgreSQL answers
-from a pg_trgm GIN index (migration 0003) and SQLite by a scan. Cut at SEARCH_TEXT_LIMIT characters
+from a pg_trgm GIN index (migration 0008) and SQLite by a scan. Cut at SEARCH_TEXT_LIMIT characters
 so one huge transcript cannot bloat the index; docs/runs.md "Traces" says so.
 """
 
@@ -53,14 +54,3 @@ def _values(value: Any) -> list[str]:
     if isinstance(value, list):
         return [text for item in value for text in _values(item)]
     return [] if value is None else [str(value)]
-
-
-def search_text_of_payload(payload: dict[str, Any]) -> str:
-    """The same, from a `rollout` event's payload (a RolloutRecord dump)."""
-    summary = payload.get("summary") or {}
-    return search_text_of(
-        turns=payload.get("turns") or [],
-        final_answer=payload.get("final_answer"),
-        message=str(summary.get("message") or ""),
-        error_detail=str(payload.get("error_detail") or ""),
-    )

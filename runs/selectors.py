@@ -6,12 +6,21 @@ import time
 
 from django.core.cache import cache
 from django.db import connection
-from django.db.models import Avg, Count, F, Func, IntegerField, Max, Min, Q, QuerySet
+from django.db.models import Count, F, Func, IntegerField, Max, Min, Q, QuerySet, Sum
 from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Coalesce, Mod
 from django.shortcuts import get_object_or_404
 
-from .models import ACTIVE_STATUSES, Rollout, RolloutBody, Run, RunEvent, RunTaskVersion, StepMetric
+from .models import (
+    ACTIVE_STATUSES,
+    Rollout,
+    RolloutBody,
+    Run,
+    RunEvent,
+    RunTaskStepTally,
+    RunTaskVersion,
+    StepMetric,
+)
 from .permissions import visible_runs_q
 
 
@@ -164,46 +173,76 @@ def step_metric_rows(*, run: Run, split: str, max_points: int = MAX_CHART_POINTS
     return list(rows.order_by("step").values_list("step", "metrics"))
 
 
+# What the per-task tables show ← the RunTaskStepTally column summed for it.
+_TALLY_FIGURES = {
+    "rollouts": "rollouts",
+    "valid": "valid",
+    "passed_count": "passed",
+    "harness_errors": "harness_errors",
+    "agent_errors": "agent_errors",
+}
+
+
+def _tally_sums(**extra) -> dict:
+    """Aggregates over tally rows, named apart from the columns they sum (Django refuses the clash)."""
+    sums = {f"total_{column}": Sum(column) for column in (*_TALLY_FIGURES.values(), "reward_sum", "rewarded")}
+    return sums | extra
+
+
+def _with_rates(row: dict) -> dict:
+    """The figures, the pass rate over valid rollouts and the mean reward over rewarded ones (a harness
+    error has no reward: never averaged in as 0)."""
+    for figure, column in _TALLY_FIGURES.items():
+        row[figure] = row.pop(f"total_{column}") or 0
+    rewarded, reward_sum = row.pop("total_rewarded"), row.pop("total_reward_sum")
+    row["pass_rate"] = row["passed_count"] / row["valid"] if row["valid"] else None
+    row["mean_reward"] = reward_sum / rewarded if rewarded else None
+    return row
+
+
 def run_task_results(*, run: Run) -> list[dict]:
     """Per (split, task) over the run's final rollouts: counts, pass rate, valid mean reward, trend.
 
-    One grouped query. The trend is the valid mean reward over the last quarter of the steps minus
-    that over the first quarter (training runs only).
+    One grouped query over the run's tallies (runs/services/tallies.py), not its rollouts. The trend
+    is the valid mean reward over the last quarter of the steps minus that over the first quarter
+    (training runs only).
     """
     last_step = run.steps_done or run.steps_total
     quarter = max(1, last_step // 4)
-    training = run.kind == "train" and last_step >= 2
-    annotations = {
-        "rollouts": Count("pk"),
-        "valid": Count("pk", filter=Q(outcome__in=VALID_OUTCOMES)),
-        "passed_count": Count("pk", filter=Q(passed=True)),
-        "harness_errors": Count("pk", filter=Q(outcome=HARNESS_ERROR)),
-        "agent_errors": Count("pk", filter=Q(outcome="agent_error")),
-        "mean_reward": Avg("reward"),  # NULL for harness errors and cancellations: never averaged as 0
-        "version_id": Max("task_version_id"),
-    }
-    if training:
-        annotations["early"] = Avg("reward", filter=Q(step__lte=quarter, split="train"))
-        annotations["late"] = Avg("reward", filter=Q(step__gt=last_step - quarter, split="train"))
+    extra = {"version_id": Max("task_version_id")}
+    if run.kind == "train" and last_step >= 2:
+        early = Q(step__lte=quarter, split="train")
+        late = Q(step__gt=last_step - quarter, split="train")
+        extra |= {
+            "early_sum": Sum("reward_sum", filter=early),
+            "early_count": Sum("rewarded", filter=early),
+            "late_sum": Sum("reward_sum", filter=late),
+            "late_count": Sum("rewarded", filter=late),
+        }
     rows = list(
-        Rollout.objects.filter(run=run, final=True)
+        RunTaskStepTally.objects.filter(run=run)
         .values("split", "task_name")
-        .annotate(**annotations)
+        .annotate(**_tally_sums(**extra))
         .order_by("split", "task_name")
     )
     for row in rows:
-        row["pass_rate"] = row["passed_count"] / row["valid"] if row["valid"] else None
-        early, late = row.pop("early", None), row.pop("late", None)
+        _with_rates(row)
+        early = _mean(row.pop("early_sum", None), row.pop("early_count", None))
+        late = _mean(row.pop("late_sum", None), row.pop("late_count", None))
         row["trend"] = late - early if early is not None and late is not None else None
     return rows
+
+
+def _mean(total: float | None, count: int | None) -> float | None:
+    return total / count if count else None
 
 
 def run_task_results_recent(*, run: Run, max_age: float) -> tuple[list[dict], float]:
     """run_task_results, computed again only when the run's rollouts changed and the last result is
     older than `max_age` seconds (ended runs: only when they changed). Returns (rows, computed at).
 
-    The grouped scan is the run page's one costly query (≈ 60–80 ms over 200,000 rollouts on
-    PostgreSQL); a live run's page polls every 3 s and needs its per-task table less often.
+    A live run's page polls every 3 s and needs its per-task table less often; the grouped sum over
+    the tallies is the costliest query of the partial (≈ 10 ms for a 1,000-step run, bench/run_page.py).
     """
     key = f"runs:task-results:{run.uuid}"
     stamp = (run.status, run.rollouts_done, run.last_seq)
@@ -268,20 +307,11 @@ def run_log_events(*, run: Run, limit: int = 50) -> list[dict]:
 def runs_task_results(*, runs: list[Run]) -> dict[str, dict[int, dict]]:
     """task name → run id → figures over final rollouts, for comparing runs (one grouped query)."""
     rows = (
-        Rollout.objects.filter(run__in=runs, final=True)
-        .values("run_id", "task_name")
-        .annotate(
-            rollouts=Count("pk"),
-            valid=Count("pk", filter=Q(outcome__in=VALID_OUTCOMES)),
-            passed_count=Count("pk", filter=Q(passed=True)),
-            harness_errors=Count("pk", filter=Q(outcome=HARNESS_ERROR)),
-            mean_reward=Avg("reward"),
-        )
+        RunTaskStepTally.objects.filter(run__in=runs).values("run_id", "task_name").annotate(**_tally_sums())
     )
     table: dict[str, dict[int, dict]] = {}
     for row in rows:
-        row["pass_rate"] = row["passed_count"] / row["valid"] if row["valid"] else None
-        table.setdefault(row["task_name"], {})[row["run_id"]] = row
+        table.setdefault(row["task_name"], {})[row["run_id"]] = _with_rates(row)
     return table
 
 
@@ -296,16 +326,10 @@ def task_run_results(*, user, task, limit: int = 50) -> list[dict]:
     if not runs:
         return []
     figures = {
-        row["run_id"]: row
-        for row in Rollout.objects.filter(run__in=runs, task_version__task=task, final=True)
+        row["run_id"]: _with_rates(row)
+        for row in RunTaskStepTally.objects.filter(run__in=runs, task_version__task=task)
         .values("run_id")
-        .annotate(
-            rollouts=Count("pk"),
-            valid=Count("pk", filter=Q(outcome__in=VALID_OUTCOMES)),
-            passed_count=Count("pk", filter=Q(passed=True)),
-            harness_errors=Count("pk", filter=Q(outcome=HARNESS_ERROR)),
-            mean_reward=Avg("reward"),
-        )
+        .annotate(**_tally_sums())
     }
     versions: dict[int, list[int]] = {}
     for run_id, number in RunTaskVersion.objects.filter(run__in=runs, version__task=task).values_list(
@@ -315,9 +339,16 @@ def task_run_results(*, user, task, limit: int = 50) -> list[dict]:
     results = []
     for run in runs:
         row = figures.get(
-            run.pk, {"rollouts": 0, "valid": 0, "passed_count": 0, "harness_errors": 0, "mean_reward": None}
+            run.pk,
+            {
+                "rollouts": 0,
+                "valid": 0,
+                "passed_count": 0,
+                "harness_errors": 0,
+                "mean_reward": None,
+                "pass_rate": None,
+            },
         )
-        row["pass_rate"] = row["passed_count"] / row["valid"] if row["valid"] else None
         results.append({"run": run, "versions": sorted(versions.get(run.pk, [])), **row})
     return results
 

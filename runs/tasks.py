@@ -12,6 +12,7 @@ from celery import shared_task
 
 from .models import Run, TraceExport
 from .services import dispatch, trace_exports
+from .services import search_index as search_index_service
 
 log = logging.getLogger(__name__)
 
@@ -49,3 +50,14 @@ def trace_export_run(export_pk: int) -> str:
         log.warning("trace export %s no longer exists; nothing to do", export_pk)
         return "deleted"
     return trace_exports.trace_export_run(export=export).status
+
+
+# Like exports, the search index needs only the database: any worker writes it.
+@shared_task(name="runs.search_index", acks_late=True)
+def search_index(rollout_ids: list[int]) -> int:
+    return search_index_service.rollout_search_index(rollout_ids=rollout_ids)
+
+
+@shared_task(name="runs.search_index_sweep")
+def search_index_sweep() -> int:
+    return search_index_service.rollout_search_backlog_index()

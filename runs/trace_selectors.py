@@ -5,7 +5,7 @@ those of their runs; experts only the rollouts of their own tasks (owned or shar
 in whatever run used them, so another team's tasks in the same run stay hidden; everyone else nothing.
 
 Filters touch indexed summary columns only, except the text search, which matches
-`RolloutBody.search_text` (trigram-indexed on PostgreSQL). Pages are keyset pages: a cursor is the
+`RolloutSearchText.text` (trigram-indexed on PostgreSQL; written seconds after ingestion). Pages are keyset pages: a cursor is the
 sort value and id of the row at a page's edge, so page 10,000 costs what page 1 costs, and the
 total is counted only up to COUNT_CAP.
 """
@@ -104,7 +104,7 @@ def rollouts_filtered(*, user, filters: dict[str, Any]) -> QuerySet[Rollout]:
     elif label:
         rollouts = rollouts.filter(label=label)
     for word in search_words(filters.get("q") or ""):
-        rollouts = rollouts.filter(body__search_text__contains=word)
+        rollouts = rollouts.filter(search__text__contains=word)
     return rollouts
 
 

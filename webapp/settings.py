@@ -163,6 +163,7 @@ RUN_RECONCILE_SECONDS = env_int("RUN_RECONCILE_SECONDS", 5)
 # A run whose cluster does not answer, or whose job Ray does not know, for this long is failed.
 RUN_LOST_AFTER_SECONDS = env_int("RUN_LOST_AFTER_SECONDS", 60)
 RAY_SUBMIT_PATIENCE_SECONDS = env_int("RAY_SUBMIT_PATIENCE_SECONDS", 60)
+SEARCH_INDEX_SWEEP_SECONDS = env_int("SEARCH_INDEX_SWEEP_SECONDS", 60)
 # Dispatch and reconcile have their own queue: its workers must reach Ray and RUNS_DIR (docs/operations.md).
 # Only tasks named "runs.tasks.*" go there; a runs task that needs no Ray takes another name.
 CELERY_TASK_ROUTES = {"runs.tasks.*": {"queue": "runs"}}
@@ -172,7 +173,13 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": float(RUN_RECONCILE_SECONDS),
         # A reconcile that waited longer than one period is stale: the next one is already due.
         "options": {"expires": float(RUN_RECONCILE_SECONDS)},
-    }
+    },
+    # Indexes for text search the rollouts whose search-index task was lost (runs/services/search_index.py).
+    "runs-search-index-sweep": {
+        "task": "runs.search_index_sweep",
+        "schedule": float(SEARCH_INDEX_SWEEP_SECONDS),
+        "options": {"expires": float(SEARCH_INDEX_SWEEP_SECONDS)},
+    },
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celery" / "beat-schedule")
 (VAR_DIR / "celery").mkdir(parents=True, exist_ok=True)  # beat cannot create its schedule's folder
@@ -197,5 +204,14 @@ LOGGING = {
 }
 
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+    # The embedded default has several writers (web, ingestion, Celery tasks): WAL lets reads go on
+    # beside a write, and IMMEDIATE transactions wait for the write lock (up to `timeout` seconds) at
+    # BEGIN instead of failing with "database is locked" when a read turns into a write mid-way.
+    DATABASES["default"]["OPTIONS"] = {
+        "transaction_mode": "IMMEDIATE",
+        "timeout": 20,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        **DATABASES["default"].get("OPTIONS", {}),
+    }
     # A file, not memory, so a Celery worker process started by a test sees the same test database.
     DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-practicum.sqlite3")}

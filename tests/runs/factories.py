@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.utils import timezone
 
 from runs.models import Checkpoint, Rollout, RolloutBody, Run, RunEvent, RunTaskVersion, StepMetric
+from runs.services.tallies import TALLIED_FIELDS, task_tallies_add
 from tasks_authoring.bundles import BUNDLE_ORG
 from tasks_authoring.models import TaskSet
 
@@ -172,6 +173,11 @@ def add_rollout(
         duration_sec=1.5,
         timings={"agent": 1.0, "grade": 0.2},
         policy="oracle",
+    )
+    # As ingestion does: the per-task tables read the tallies, not the rollouts.
+    task_tallies_add(
+        run_id=run.pk,
+        rollouts=[{field: getattr(rollout, field) for field in TALLIED_FIELDS}],
     )
     RolloutBody.objects.create(
         rollout=rollout,

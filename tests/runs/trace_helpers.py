@@ -11,6 +11,7 @@ from typing import Any
 
 from runs.models import Rollout, Run
 from runs.services.ingest import events_ingest
+from runs.services.search_index import rollout_search_index
 from tasks_authoring.services.task_sets import task_set_create
 from tests.runs.event_builders import event, rollout_payload
 from tests.runs.factories import bundle_name, make_run
@@ -63,4 +64,7 @@ def ingest(run: Run, version, *, text: str = "", turns: int = 2, turn_list=None,
     result = events_ingest(run=run, events=[event(run, seq, "rollout", payload)])
     assert result.accepted == 1, result.rejected
     run.refresh_from_db()
-    return Rollout.objects.get(run=run, seq=seq)
+    rollout = Rollout.objects.get(run=run, seq=seq)
+    # What the search-index task does once the batch commits (these tests' transactions never do).
+    rollout_search_index(rollout_ids=[rollout.pk])
+    return rollout
