@@ -13,6 +13,8 @@
 With --run-dir, eval and validate write their events file there (RUN_DIR/events.jsonl) rather than
 in the current folder, so a Ray job's working directory stays read-only.
 
+A spec's `faults` (a fault drill, docs/harness.md) are planted in PRACTICUM_FAULTS for the run.
+
 Exit codes: 0 when the run ran (harness errors are reported in the table and the events, not
 raised), 1 when it could not run (an invalid spec — every problem is printed —, no tasks folder,
 no loadable bundle, a policy or model that cannot be built) or its events could not be delivered,
@@ -26,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -39,6 +42,7 @@ from rl_engine.agent import HFPolicy, NullPolicy, OpenAIPolicy, OraclePolicy, Po
 from rl_engine.evaluate import EvalSummary, evaluate, format_summary, load_bundles
 from rl_engine.events import EventDeliveryError, EventEmitter, EventFanout, HttpSink, JsonlSink
 from rl_engine.grading import JudgeConfig
+from rl_engine.mcp_server.server import FAULTS_ENV
 from rl_engine.rollout import RolloutConfig
 from rl_engine.sandbox import SandboxConfig
 from rl_engine.spec import RunSpec, SpecError, parse_run_spec
@@ -107,17 +111,38 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "eval" and args.spec is None and (args.tasks is None or args.policy is None):
         parser.error("eval needs a spec file, or --tasks and --policy")
     try:
-        if args.command == "train":
-            return asyncio.run(_train(args))
-        if args.command == "validate":
-            return asyncio.run(_validate(args))
-        return asyncio.run(_eval(args))
+        with _environment_kept(FAULTS_ENV):  # a spec's planted faults end with its run
+            if args.command == "train":
+                return asyncio.run(_train(args))
+            if args.command == "validate":
+                return asyncio.run(_validate(args))
+            return asyncio.run(_eval(args))
     except SpecError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
     except CannotRun as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
+
+
+@contextlib.contextmanager
+def _environment_kept(name: str):
+    before = os.environ.get(name)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
+
+
+def plant_faults(spec: RunSpec) -> None:
+    """A fault drill: the spec's `faults` go into PRACTICUM_FAULTS, which every sandbox of the run reads
+    as it starts its tool server, and which Ray's actors get from the driver (ray_runtime.FORWARDED_ENV).
+    Faults already in the environment stay; on the same tool the spec's win (parse_faults keeps the last)."""
+    if spec.faults:
+        os.environ[FAULTS_ENV] = ",".join(filter(None, [os.environ.get(FAULTS_ENV, ""), *spec.faults]))
 
 
 def read_spec(path: Path, *, kind: str, tasks_field: str, tasks: Path | None) -> RunSpec:
@@ -145,6 +170,7 @@ async def _eval(args: argparse.Namespace) -> int:
     if args.spec is not None:
         spec = read_spec(args.spec, kind="eval", tasks_field="eval_dir", tasks=args.tasks)
         _apply_eval_spec(args, spec)
+        plant_faults(spec)
     if not args.tasks.is_dir():
         raise CannotRun(f"the tasks folder {args.tasks} does not exist")
     bundles, invalid = load_bundles(args.tasks)
@@ -235,6 +261,7 @@ async def _validate(args: argparse.Namespace) -> int:
     from rl_engine.runtime import judge_config
 
     spec = read_spec(args.spec, kind="validate", tasks_field="eval_dir", tasks=args.tasks)
+    plant_faults(spec)
     folders = [Path(f) for f in dict.fromkeys([spec.tasks.eval_dir, spec.tasks.train_dir]) if f]
     bundles, invalid = [], []
     for folder in folders:
@@ -370,6 +397,7 @@ async def _train(args: argparse.Namespace) -> int:
     from rl_engine.train import CHECKPOINTS, HealthGateTripped, TrainingError, train
 
     spec = read_spec(args.spec, kind="train", tasks_field="train_dir", tasks=args.tasks)
+    plant_faults(spec)
     run_id = args.run_id or _previous_run_id(args) or uuid.uuid4().hex
     run_dir = args.run_dir or Path("practicum-runs") / run_id
     events_file = args.out or run_dir / "events.jsonl"

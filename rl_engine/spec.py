@@ -27,6 +27,7 @@ from pydantic import (
 )
 
 from rl_engine.sandbox.config import SandboxConfig
+from rl_engine.tool_names import ALL_TOOLS
 
 AdvantageEstimatorName = Literal["grpo", "rloo"]
 PolicyLossName = Literal["ppo_clip", "dppo", "rollout_is"]
@@ -35,6 +36,9 @@ KlEstimatorName = Literal["k1", "k2", "k3"]
 BuiltinModelName = Literal["tiny-llama", "smollm2-135m-instruct"]
 
 SPEC_VERSION = 1
+# The tool server's fault kinds (rl_engine.mcp_server.server, which this module does not import: it
+# loads every tool's libraries); a test asserts the two agree.
+FAULT_KINDS = ("raise", "hang", "exit", "hide")
 
 
 class _Section(BaseModel):
@@ -296,6 +300,25 @@ class RunSpec(_Section):
         default=0.0, allow_inf_nan=False, description="reward of a rollout the model broke"
     )
     max_attempts: int = Field(default=3, ge=1, description="attempts per rollout on harness errors")
+    faults: list[str] = Field(
+        default_factory=list,
+        description="fault drill: harness faults planted in the tool server, each KIND:TOOL with KIND one "
+        f"of {', '.join(FAULT_KINDS)}, e.g. hide:read_pdf (docs/harness.md, Fault drills); empty in a real run",
+    )
+
+    @field_validator("faults")
+    @classmethod
+    def _faults_name_a_kind_and_a_tool(cls, entries: list[str]) -> list[str]:
+        problems = [problem for entry in entries if (problem := _fault_problem(entry))]
+        tools = [entry.partition(":")[2] for entry in entries]
+        problems += [
+            f"{tool} is given more than one fault; give one"
+            for tool in dict.fromkeys(tools)
+            if tools.count(tool) > 1
+        ]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return entries
 
     @model_validator(mode="after")
     def _sections_agree(self) -> RunSpec:
@@ -303,6 +326,17 @@ class RunSpec(_Section):
         if problems:
             raise SpecError(problems)
         return self
+
+
+def _fault_problem(entry: str) -> str | None:
+    kind, colon, tool = entry.partition(":")
+    if not colon:
+        return f"{entry!r} is not KIND:TOOL (e.g. hide:read_pdf)"
+    if kind not in FAULT_KINDS:
+        return f"{entry!r}: the kind {kind!r} is not one of {', '.join(FAULT_KINDS)}"
+    if tool not in ALL_TOOLS:
+        return f"{entry!r}: there is no tool {tool!r}; the tools are {', '.join(ALL_TOOLS)}"
+    return None
 
 
 class SpecProblem(BaseModel):

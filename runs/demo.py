@@ -1,11 +1,13 @@
-"""Demo runs: the toy task set, the toy model, and the two runs a newcomer finds on first start.
+"""Demo runs: the toy task set, the toy model, and the three runs a newcomer finds on first start.
 
 The toy tasks (rl_engine.toy_tasks, "green": six objects whose colour word is "green") go through
 the product's own path: imported as a bundle folder by the demo expert, approved by the demo
 reviewer, gathered in a task set by the demo researcher. On the first start run_demo launches,
 through run_launch like the browser does, an evaluation of the knowledge-work demo set with the
-oracle agent (its llm_judge criteria graded by the local judge server) and a short training run of
-the toy model on the toy set, so the dashboards have data within minutes. Both are idempotent.
+oracle agent (its llm_judge criteria graded by the local judge server), a short training run of
+the toy model on the toy set, so the dashboards have data within minutes, and a fault drill: the
+oracle on a small set where a planted harness fault breaks half the tasks (docs/harness.md, "Fault
+drills"). All are idempotent.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from django.db import transaction
 from rl_engine.toy_tasks import build_toy_model, write_toy_tasks
 from tasks_authoring.bundles import bundle_import
 from tasks_authoring.demo import DEMO_TASK_SET
-from tasks_authoring.models import Domain, TaskSet, VersionState
+from tasks_authoring.models import Domain, Split, TaskSet, VersionState
 from tasks_authoring.services import review_decide, task_set_create
 
 from .models import Run
@@ -37,6 +39,11 @@ TOY_SEED = 7
 DEMO_EVAL_RUN = "Demo: oracle on the knowledge-work tasks"
 DEMO_TRAIN_RUN = "Demo: GRPO on the toy colours"
 JUDGE_MODEL = "smollm2-135m-instruct"
+DRILL_TASK_SET = "Demo: harness drill"
+DRILL_EVAL_RUN = "Demo: harness drill (read_pdf hidden from the tool server)"
+# The oracle calls no reading tool (it submits the golden answer), so a fault that needs a call would
+# never fire; a hidden tool fails every task that enables it when its sandbox starts (SANDBOX_START).
+DRILL_FAULTS = ["hide:read_pdf"]
 
 
 class DemoRefused(Exception):
@@ -155,10 +162,49 @@ def toy_train_spec(model: Path, *, steps: int = 12) -> dict[str, Any]:
     }
 
 
+def drill_task_set_ensure(*, researcher: User) -> TaskSet | None:
+    """The fault drill's task set, made when missing from the eval splits of the knowledge-work set
+    (those tasks enable every tool, read_pdf included) and of the toy set (read_text and submit_answer
+    only); None while either set is missing."""
+    existing = TaskSet.objects.filter(name=DRILL_TASK_SET).first()
+    if existing is not None:
+        return existing
+    sources = TaskSet.objects.filter(name__in=[DEMO_TASK_SET, TOY_TASK_SET])
+    if len(sources) < 2:
+        return None
+    versions = [
+        member.version
+        for source in sorted(sources, key=lambda task_set: task_set.name)
+        for member in source.members.filter(split=Split.EVAL).select_related("version__task").order_by("pk")
+    ]
+    return task_set_create(
+        owner=researcher,
+        name=DRILL_TASK_SET,
+        description="Fault drill: knowledge-work tasks, which enable read_pdf, and toy tasks, which do "
+        f"not. The run {DRILL_EVAL_RUN!r} hides read_pdf from the tool server, so the knowledge-work "
+        "tasks end in harness errors (SANDBOX_START) and the toy tasks pass.",
+        versions=versions,
+        seed=TOY_SEED,
+        eval_fraction=0.5,
+    )
+
+
+def drill_eval_spec(judge_url: str | None = None) -> dict[str, Any]:
+    """The oracle with a planted fault: the demo's harness drill (docs/harness.md, "Fault drills")."""
+    return {
+        "agent": "oracle",
+        "judge": judge_section(judge_url),
+        "resources": {"sandboxes_per_worker": 2},
+        "faults": list(DRILL_FAULTS),
+    }
+
+
 def demo_runs_ensure(*, researcher: User, judge_url: str | None = None) -> list[Run]:
-    """Launches the demo's evaluation and training runs unless they were launched before; returns the new ones."""
+    """Launches the demo's evaluation, training and fault-drill runs unless they were launched before;
+    returns the new ones."""
     launched = []
-    names = set(Run.objects.filter(name__in=[DEMO_EVAL_RUN, DEMO_TRAIN_RUN]).values_list("name", flat=True))
+    demo_runs = [DEMO_EVAL_RUN, DEMO_TRAIN_RUN, DRILL_EVAL_RUN]
+    names = set(Run.objects.filter(name__in=demo_runs).values_list("name", flat=True))
     knowledge = TaskSet.objects.filter(name=DEMO_TASK_SET).first()
     if DEMO_EVAL_RUN not in names and knowledge is not None:
         spec = {
@@ -177,6 +223,18 @@ def demo_runs_ensure(*, researcher: User, judge_url: str | None = None) -> list[
         launched.append(
             run_launch(
                 user=researcher, kind="train", task_set=toy, split="train", spec=spec, name=DEMO_TRAIN_RUN
+            )
+        )
+    drill = drill_task_set_ensure(researcher=researcher) if DRILL_EVAL_RUN not in names else None
+    if drill is not None:
+        launched.append(
+            run_launch(
+                user=researcher,
+                kind="eval",
+                task_set=drill,
+                split="all",
+                spec=drill_eval_spec(judge_url),
+                name=DRILL_EVAL_RUN,
             )
         )
     return launched

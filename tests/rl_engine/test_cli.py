@@ -290,3 +290,43 @@ def test_a_run_that_cannot_run_exits_non_zero_with_the_reason(
     folder = {"missing": tmp_path / "missing", "empty": tmp_path / "empty", "healthy": healthy_tasks}[tasks]
     result = run_cli("eval", "--tasks", str(folder), *args, "--out", str(tmp_path / "e.jsonl"))
     assert result.returncode == code and message in result.stderr
+
+
+@pytest.mark.parametrize(
+    "faults, codes",
+    [
+        # The pdf task enables read_pdf, the workbook task does not: only the first fails, at sandbox start.
+        (["hide:read_pdf"], {"acme/revenue": "SANDBOX_START"}),
+        # The oracle submits through submit_answer in both tasks; the killed server is a crash in both.
+        (["exit:submit_answer"], {"acme/revenue": "TOOL_SERVER_CRASH", "acme/growth": "TOOL_SERVER_CRASH"}),
+    ],
+)
+def test_a_fault_drill_spec_plants_its_faults_and_the_rollouts_carry_the_code(
+    healthy_tasks, tmp_path, faults, codes
+):
+    spec = tmp_path / "drill.json"
+    spec.write_text(
+        json.dumps(
+            {
+                "kind": "eval",
+                "agent": "oracle",
+                "tasks": {"eval_dir": str(healthy_tasks)},
+                "sandbox": {"isolation": "none"},
+                "max_attempts": 2,
+                "faults": faults,
+            }
+        )
+    )
+    out = tmp_path / "events.jsonl"
+
+    result = run_cli("eval", str(spec), "--out", str(out))  # PRACTICUM_FAULTS is not set
+
+    assert result.returncode == 0, result.stderr
+    finals = {
+        event["payload"]["summary"]["task_name"]: event["payload"]["summary"]
+        for event in read_events(out)
+        if event["type"] in ("rollout", "harness_error") and "summary" in event["payload"]
+    }
+    assert {name: s["code"] for name, s in finals.items() if s["outcome"] == "harness_error"} == codes
+    assert all(s["passed"] for name, s in finals.items() if name not in codes)
+    assert table_value(result.stdout, "harness error rate") == f"{len(codes) / 2:.3f}"

@@ -6,8 +6,10 @@ from typing import get_args
 import pytest
 
 from rl_engine import algorithms
+from rl_engine.mcp_server import server
 from rl_engine.sandbox.config import SandboxConfig
 from rl_engine.spec import (
+    FAULT_KINDS,
     AdvantageEstimatorName,
     KlEstimatorName,
     LossReductionName,
@@ -289,3 +291,31 @@ class TestHealthGate:
         gate = run_spec_json_schema()["$defs"]["HealthGateSpec"]["properties"]
         assert gate["on_trip"]["enum"] == ["fail", "pause"] and gate["window_rollouts"]["minimum"] == 1
         assert all(field.get("description") for field in gate.values())
+
+
+class TestFaults:
+    EVAL = {"kind": "eval", "agent": "oracle", "tasks": {"eval_dir": "tasks"}}
+
+    def test_no_faults_by_default_and_a_drill_round_trips(self):
+        assert parse_run_spec(self.EVAL).faults == []
+        spec = parse_run_spec({**self.EVAL, "faults": ["hide:read_pdf", "exit:submit_answer"]})
+        assert spec.faults == ["hide:read_pdf", "exit:submit_answer"]
+        assert parse_run_spec(spec.model_dump_json()) == spec
+        assert server.parse_faults(",".join(spec.faults)) == {"read_pdf": "hide", "submit_answer": "exit"}
+
+    def test_each_bad_entry_is_named_with_the_kinds_or_tools_allowed(self):
+        problems = refused(
+            {**self.EVAL, "faults": ["crash:read_pdf", "raise:read_pfd", "read_pdf", "hang:list_files"]}
+        )
+        message = problems["faults"]
+        assert "'crash:read_pdf': the kind 'crash' is not one of raise, hang, exit, hide" in message
+        assert "'raise:read_pfd': there is no tool 'read_pfd'; the tools are list_files," in message
+        assert "'read_pdf' is not KIND:TOOL (e.g. hide:read_pdf)" in message
+        assert "hang:list_files" not in message
+
+    def test_one_fault_per_tool(self):
+        problems = refused({**self.EVAL, "faults": ["raise:read_pdf", "exit:read_pdf"]})
+        assert problems == {"faults": "read_pdf is given more than one fault; give one"}
+
+    def test_the_kinds_are_the_tool_servers(self):
+        assert FAULT_KINDS == server.FAULT_KINDS

@@ -1,5 +1,6 @@
 """The README's first command starts everything, serves the login page with all-green health, leaves a
-finished evaluation run and a finished short training run on the demo, and Ctrl-C leaves no process behind."""
+finished evaluation run, a finished short training run and a finished fault drill (half its rollouts
+harness errors) on the demo, and Ctrl-C leaves no process behind."""
 
 import os
 import signal
@@ -11,6 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from runs.demo import DRILL_EVAL_RUN
 from webapp.testing.services import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,6 +45,16 @@ def _demo_runs(var_dir: Path) -> dict[str, tuple[str, str]]:
                 "SELECT name, status, status_reason FROM runs_run WHERE kind != 'validate'"
             )
         }
+
+
+def _harness_error_codes(var_dir: Path, run_name: str) -> dict[str, int]:
+    with sqlite3.connect(f"file:{var_dir / 'practicum.sqlite3'}?mode=ro", uri=True) as db:
+        rows = db.execute(
+            "SELECT r.outcome, r.error_code, COUNT(*) FROM runs_rollout r JOIN runs_run run ON run.id = r.run_id "
+            "WHERE run.name = ? AND r.final GROUP BY r.outcome, r.error_code",
+            (run_name,),
+        )
+        return {f"{outcome}:{code}".rstrip(":"): count for outcome, code, count in rows}
 
 
 def _wait_for_finished_runs(var_dir: Path, timeout: float) -> dict[str, tuple[str, str]]:
@@ -100,10 +112,17 @@ def test_the_first_command_serves_login_with_green_health_and_stops_cleanly(tmp_
 
         assert "launched the demo run 'Demo: oracle on the knowledge-work tasks'" in transcript
         assert "launched the demo run 'Demo: GRPO on the toy colours'" in transcript
-        runs = _wait_for_finished_runs(var_dir, timeout=240)
+        assert f"launched the demo run '{DRILL_EVAL_RUN}'" in transcript
+        runs = _wait_for_finished_runs(var_dir, timeout=300)
         assert runs == {
             "Demo: oracle on the knowledge-work tasks": ("succeeded", ""),
             "Demo: GRPO on the toy colours": ("succeeded", ""),
+            DRILL_EVAL_RUN: ("succeeded", ""),
+        }
+        # The drill's knowledge-work tasks enable read_pdf, which it hides; its toy tasks do not.
+        assert _harness_error_codes(var_dir, DRILL_EVAL_RUN) == {
+            "harness_error:SANDBOX_START": 2,
+            "graded": 2,
         }
     finally:
         process.send_signal(signal.SIGINT)
