@@ -20,10 +20,10 @@ from tasks_authoring.selectors import task_set_visible_to, task_sets_for
 
 from . import selectors
 from .models import MetricSplit, Run, RunKind, RunSplit, RunStatus
-from .permissions import can_cancel_run
+from .permissions import can_cancel_run, is_admin
 from .services.dispatch import RunNotResumable, run_resume
 from .services.ingest import events_ingest
-from .services.launch import RunLaunchError, RunSpecInvalid, run_cancel, run_launch
+from .services.launch import RunGateRefused, RunLaunchError, RunSpecInvalid, run_cancel, run_launch
 from .tokens import ingest_token_matches
 
 router = Router()
@@ -54,6 +54,11 @@ class Problem(Schema):
 class SpecProblems(Schema):
     detail: str
     problems: list[Problem]
+
+
+class GateRefusal(Schema):
+    detail: str
+    reasons: list[str] = Field(..., description="Every reason the health gate refused the training run.")
 
 
 class TaskSetOut(Schema):
@@ -98,6 +103,14 @@ class RunOut(Schema):
 class RunDetailOut(RunOut):
     spec: dict[str, Any]
     ingest_rejections: list[dict[str, Any]]
+    gate_overridden_by: str | None = Field(
+        ..., description="The admin who launched this training run past a refusing health gate."
+    )
+    gate_override_reason: str
+
+    @staticmethod
+    def resolve_gate_overridden_by(run: Run) -> str | None:
+        return run.gate_overridden_by.get_username() if run.gate_overridden_by_id else None
 
 
 class RunFilters(Schema):
@@ -113,6 +126,11 @@ class LaunchIn(Schema):
     spec: dict[str, Any]
     name: str = Field("", max_length=200)
     cloned_from: int | None = None
+    gate_override_reason: str = Field(
+        "",
+        max_length=4000,
+        description="Admins only: launch a training run although the health gate refuses it, saying why.",
+    )
 
 
 class MetricsOut(Schema):
@@ -222,14 +240,22 @@ def run_list(request: HttpRequest, filters: Query[RunFilters]):
 
 
 @router.post(
-    "/runs", response={201: RunDetailOut, 403: Detail, 404: Detail, 422: SpecProblems}, tags=["runs"]
+    "/runs",
+    response={201: RunDetailOut, 403: Detail, 404: Detail, 409: GateRefusal, 422: SpecProblems},
+    tags=["runs"],
 )
 def run_create(request: HttpRequest, payload: LaunchIn):
-    """Launch a run; an invalid spec answers 422 with every problem and the field it is in."""
+    """Launch a run; an invalid spec answers 422 with every problem and the field it is in, a training
+    run the health gate refuses 409 with every reason. An admin launches past the gate by giving
+    `gate_override_reason`, which the run keeps with their name (docs/quality.md)."""
     if not 0 < payload.task_set < 2**63:
         raise Http404("No such task set")
     task_set = task_set_visible_to(user=request.auth, pk=payload.task_set)
     cloned_from = _run(request, payload.cloned_from) if payload.cloned_from is not None else None
+    if payload.gate_override_reason.strip() and not is_admin(request.auth):
+        raise PermissionDenied(
+            "only admins launch a training run past the health gate; leave gate_override_reason empty"
+        )
     try:
         run = run_launch(
             user=request.auth,
@@ -239,10 +265,18 @@ def run_create(request: HttpRequest, payload: LaunchIn):
             spec=payload.spec,
             name=payload.name,
             cloned_from=cloned_from,
+            gate_override_reason=payload.gate_override_reason,
         )
     except RunSpecInvalid as error:
         problems = [{"loc": p.loc or "spec", "message": p.message} for p in error.problems]
         return Status(422, {"detail": "the run spec is invalid", "problems": problems})
+    except RunGateRefused as error:
+        count = len(error.reasons)
+        detail = (
+            f"the health gate refused this training run ({count} reason{'s' * (count != 1)}); fix them, "
+            "or an admin may launch past the gate with gate_override_reason"
+        )
+        return Status(409, {"detail": detail, "reasons": error.reasons})
     except RunLaunchError as error:
         return Status(422, {"detail": str(error), "problems": [{"loc": "", "message": str(error)}]})
     return Status(201, selectors.runs_for_user(user=request.auth).get(pk=run.pk))

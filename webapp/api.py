@@ -14,6 +14,7 @@ from ninja import NinjaAPI
 from ninja.security import HttpBearer, SessionAuth
 
 from runs.api import router as runs_router
+from runs.api_quality import router as quality_router
 from runs.api_traces import router as traces_router
 from webapp.api_tokens import api_token_user
 
@@ -29,7 +30,10 @@ class PersonalToken(HttpBearer):
 api = NinjaAPI(
     title="Practicum API",
     version="1",
-    description="Task sets, runs (launch, cancel, metrics), rollouts and traces, and event ingestion.",
+    description=(
+        "Task sets, runs (launch, cancel, metrics), rollouts and traces, environment quality (criterion "
+        "reviews, grader health, task-version validation), and event ingestion."
+    ),
     auth=[PersonalToken(), SessionAuth()],
     urls_namespace="api",
 )
@@ -42,3 +46,4 @@ def _forbidden(request: HttpRequest, exc: PermissionDenied):
 
 api.add_router("", runs_router)
 api.add_router("", traces_router)
+api.add_router("", quality_router)

@@ -1,13 +1,16 @@
-"""The runs REST API: a permission matrix over every route, launch and cancel, metrics, rollouts and traces."""
+"""The runs REST API: a permission matrix over every route, launch (and its health gate) and cancel,
+metrics, rollouts and traces."""
 
 from __future__ import annotations
 
 import pytest
 from django.test import Client
 
-from runs.models import RunStatus
+from runs.models import Run, RunStatus
 from runs.services.ingest import events_ingest
 from tests.runs.event_builders import event, rollout_payload, task_of
+from tests.runs.factories import make_run
+from tests.runs.validation_helpers import checks
 from webapp.api_tokens import api_token_create, api_token_revoke
 
 pytestmark = pytest.mark.django_db
@@ -142,6 +145,110 @@ def test_a_launch_answers_the_run_and_an_invalid_spec_every_problem(researcher, 
     assert refused.status_code == 422
     locations = {problem["loc"] for problem in refused.json()["problems"]}
     assert {"sampling.temperature", "batch.samples_per_prompt", "typo"} <= locations
+
+
+TRAIN_SPEC = {"model": {"builtin": "tiny-llama"}, "max_steps": 2}
+
+
+@pytest.fixture
+def gated_set(two_task_set, researcher, monkeypatch):
+    """The two-task set with a member whose latest validation failed and an evaluation with 25% harness
+    errors: the health gate refuses a training run on it for two reasons."""
+    monkeypatch.setattr("runs.services.launch._enqueue", lambda name, pk: None)
+    version = two_task_set.members.select_related("version__task").order_by("pk").first().version
+    version.validations.create(
+        status="failed",
+        trigger="manual",
+        requested_by=version.task.owner,
+        checks=checks({"oracle_passes": "score 0.50: c1 not met"}),
+    )
+    make_run(
+        user=researcher,
+        task_set=two_task_set,
+        kind="eval",
+        status="succeeded",
+        name="Baseline eval",
+        harness_error_rate=0.25,
+    )
+    return two_task_set
+
+
+def _train(client, task_set, **extra):
+    body = {"kind": "train", "task_set": task_set.pk, "split": "train", "spec": TRAIN_SPEC, **extra}
+    return client.post("/api/runs", body, content_type="application/json")
+
+
+def test_a_training_run_the_gate_refuses_answers_409_with_every_reason(gated_set, researcher, admin_user):
+    slug = gated_set.members.select_related("version__task").order_by("pk").first().version.task.slug
+    for user in (researcher, admin_user):
+        refused = _train(_as(user), gated_set)
+
+        assert refused.status_code == 409
+        body = refused.json()
+        assert body["detail"] == (
+            "the health gate refused this training run (2 reasons); fix them, or an admin may launch past "
+            "the gate with gate_override_reason"
+        )
+        first, second = body["reasons"]
+        assert first.startswith(f"{slug} v1: its validation failed (") and "score 0.50: c1 not met" in first
+        assert (
+            "had a harness error rate of 25.0%, above health_gate.max_eval_harness_error_rate 10.0%" in second
+        )
+    assert not Run.objects.filter(kind="train").exists()
+
+
+@pytest.mark.parametrize("kind", ["train", "eval"])
+def test_only_an_admin_may_give_a_gate_override_reason(gated_set, researcher, kind):
+    body = {"kind": kind, "split": kind, "spec": TRAIN_SPEC if kind == "train" else LAUNCH_SPEC}
+    refused = _as(researcher).post(
+        "/api/runs",
+        {**body, "task_set": gated_set.pk, "gate_override_reason": "trust me"},
+        content_type="application/json",
+    )
+    assert refused.status_code == 403
+    assert refused.json()["detail"] == (
+        "only admins launch a training run past the health gate; leave gate_override_reason empty"
+    )
+    assert Run.objects.count() == 1  # the baseline evaluation only
+
+
+def test_an_admin_launches_past_the_gate_and_the_run_keeps_who_and_why(gated_set, admin_user):
+    client = _as(admin_user)
+    launched = _train(client, gated_set, gate_override_reason="  c1 is graded by hand; the rest is sound  ")
+
+    assert launched.status_code == 201
+    body = launched.json()
+    assert (body["kind"], body["status"], body["launched_by"]) == ("train", "queued", "ada_admin")
+    assert (body["gate_overridden_by"], body["gate_override_reason"]) == (
+        "ada_admin",
+        "c1 is graded by hand; the rest is sound",
+    )
+    run = Run.objects.get(pk=body["id"])
+    assert (run.gate_overridden_by, run.gate_override_reason) == (
+        admin_user,
+        "c1 is graded by hand; the rest is sound",
+    )
+    assert client.get(f"/api/runs/{run.pk}").json()["gate_overridden_by"] == "ada_admin"
+
+
+def test_an_admins_reason_is_not_recorded_when_the_gate_lets_the_run_through(
+    two_task_set, admin_user, monkeypatch
+):
+    monkeypatch.setattr("runs.services.launch._enqueue", lambda name, pk: None)
+    spec = {**TRAIN_SPEC, "health_gate": {"max_eval_harness_error_rate": None}}
+    launched = _as(admin_user).post(
+        "/api/runs",
+        {
+            "kind": "train",
+            "task_set": two_task_set.pk,
+            "split": "train",
+            "spec": spec,
+            "gate_override_reason": "just in case",
+        },
+        content_type="application/json",
+    )
+    assert launched.status_code == 201
+    assert (launched.json()["gate_overridden_by"], launched.json()["gate_override_reason"]) == (None, "")
 
 
 def test_cancelling_a_finished_run_is_a_conflict(researcher, run_with_rollouts):
