@@ -29,7 +29,13 @@ from .api_traces import MAX_ID, _reader, _rollout
 from .models import CriterionReview, VersionValidation
 from .services.labels import MAX_NOTE_CHARS
 from .services.quality import criterion_review_set
-from .services.validation import FINISHED, ValidationRefused, validation_problem, version_validation_request
+from .services.validation import (
+    FINISHED,
+    ValidationRefused,
+    validation_problem,
+    version_validation_override,
+    version_validation_request,
+)
 
 router = Router()
 
@@ -302,3 +308,30 @@ def version_validate(request: HttpRequest, version_id: int):
     except ValidationRefused as error:
         return Status(409, {"detail": str(error)})
     return Status(201, validation)
+
+
+class OverrideIn(Schema):
+    reason: str = Field(
+        ..., max_length=2000, description="Why the version may be approved although it failed."
+    )
+
+
+@router.post(
+    "/task-versions/{int:version_id}/validation/override",
+    response={200: ValidationOut, 403: Detail, 404: Detail, 409: Detail, 422: Detail},
+    tags=["quality"],
+)
+def version_validation_override_view(request: HttpRequest, version_id: int, payload: OverrideIn):
+    """Admins only: let the version be approved (and trained on) although its latest validation failed;
+    who, when and why are recorded and shown with the validation. 409 when the latest validation is
+    not a failed one, 422 without a reason."""
+    version = _version(request, version_id)
+    latest = version.validations.order_by("-created_at", "-pk").first()
+    if latest is None:
+        return Status(409, {"detail": f"{version.task.slug} v{version.number} has no validation to override"})
+    try:
+        validation = version_validation_override(validation=latest, user=request.auth, reason=payload.reason)
+    except ValidationRefused as error:
+        status = 422 if str(error).startswith("reason:") else 409
+        return Status(status, {"detail": str(error)})
+    return Status(200, validation)

@@ -435,6 +435,62 @@ def test_an_unknown_version_is_404(expert):
     assert _as(expert).get(f"/api/task-versions/{2**63}/validation").status_code == 404
 
 
+def _override(client, version, reason="the null agent's answer happens to be right here"):
+    return client.post(
+        f"/api/task-versions/{version.pk}/validation/override",
+        data={"reason": reason},
+        content_type="application/json",
+    )
+
+
+OVERRIDE_MATRIX = {
+    # who: status of an override of the expert's failed validation
+    "admin": 200,
+    "expert": 403,
+    "reviewer": 403,
+    "researcher": 404,
+    "outsider": 404,
+    None: 401,
+}
+
+
+@pytest.mark.parametrize("who", list(OVERRIDE_MATRIX))
+def test_the_permission_matrix_of_the_validation_override(submitted, world, who):
+    validation = validation_finished(submitted, failed={"null_fails": "the answer 'I don't know.' passes"})
+
+    response = _override(_as(world.users[who] if who else None), submitted)
+
+    assert response.status_code == OVERRIDE_MATRIX[who]
+    validation.refresh_from_db()
+    assert (validation.overridden_by_id is not None) == (response.status_code == 200)
+
+
+def test_an_admin_overrides_a_failed_validation_with_a_recorded_reason(submitted, admin_user, expert):
+    validation_finished(submitted, failed={"oracle_passes": "score 0.50: c1 not met"})
+
+    body = _override(_as(admin_user), submitted, reason="  c1 is graded by hand this quarter ").json()
+
+    assert (body["overridden_by"], body["override_reason"]) == (
+        "ada_admin",
+        "c1 is graded by hand this quarter",
+    )
+    assert _validation(_as(expert), submitted).json()["validation_problem"] is None
+
+
+def test_an_override_needs_a_reason_and_a_failed_validation(submitted, admin_user):
+    admin = _as(admin_user)
+    nothing_failed = _override(admin, submitted)  # still pending
+    assert (
+        nothing_failed.status_code == 409
+        and "only a failed validation is overridden" in nothing_failed.json()["detail"]
+    )
+
+    validation_finished(submitted, failed={"null_fails": "the empty answer passes"})
+    blank = _override(admin, submitted, reason="   ")
+    assert blank.status_code == 422 and blank.json()["detail"].startswith("reason:")
+    assert not submitted.validations.filter(overridden_by__isnull=False).exists()
+
+
 def test_every_quality_route_is_in_a_matrix_above():
     routes = {
         (method, path)
@@ -448,4 +504,5 @@ def test_every_quality_route_is_in_a_matrix_above():
         ("GET", "/quality/grader-health"),
         ("GET", "/task-versions/{int:version_id}/validation"),
         ("POST", "/task-versions/{int:version_id}/validation"),
+        ("POST", "/task-versions/{int:version_id}/validation/override"),
     }
