@@ -8,7 +8,8 @@ script) meets every deterministic criterion; tests/tasks_authoring/test_demo.py 
 from __future__ import annotations
 
 import io
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import transaction
@@ -29,43 +30,70 @@ from .services import (
 DEMO_TASK_SET = "Demo: knowledge work v1"
 DEMO_SEED = 20240611
 BROKEN_DRAFT_SLUG = "apac-growth-draft"
-BOOTSTRAP_OVERRIDE = (
-    "Demo content, set up by bootstrap_demo before any judge runs, so its llm_judge criteria could not be "
-    "graded; every golden answer is checked against the deterministic criteria by "
-    "tests/tasks_authoring/test_demo.py. The validation said: {problem}"
+# Only when no judge answered: with one, a demo task that does not validate is a defect, never overridden.
+NO_JUDGE_OVERRIDE = (
+    "No llm_judge endpoint answered at {url} when bootstrap_demo set up the demo, so its llm_judge criteria "
+    "could not be graded (manage.py run_demo starts the local judge first and validates them for real). "
+    "Every golden answer is checked against the deterministic criteria by tests/tasks_authoring/test_demo.py. "
+    "The validation said: {problem}"
 )
 
 
-def _create_approved(spec: DemoTask, expert: User, reviewer: User, admin: User | None) -> Task:
+@dataclass(frozen=True)
+class DemoJudge:
+    """The judge the demo's validations use: its run-spec section (base_url, model, ...), and whether
+    it answered when set-up began."""
+
+    section: dict[str, Any]
+    reachable: bool
+
+
+def _create_approved(
+    spec: DemoTask, expert: User, reviewer: User, admin: User | None, judge: DemoJudge
+) -> Task:
     task = _create_draft(spec, expert)
     version = task.latest_version
     task_version_submit(version=version, user=expert)
-    _validate_for_approval(version, expert, admin)
+    _validate_for_approval(version, expert, admin, judge)
     review_decide(
         version=version, reviewer=reviewer, decision="approve", comment="Clear, checkable, numbers agree."
     )
     return task
 
 
-def _validate_for_approval(version, expert: User, admin: User | None) -> None:
-    """Validates in this process (no worker runs yet). The demo's llm_judge criteria need a judge, which
-    starts after set-up, so a validation that fails is overridden by the demo admin, saying why
-    (docs/quality.md, "Demo")."""
+def _validate_for_approval(version, expert: User, admin: User | None, judge: DemoJudge) -> None:
+    """Validates in this process (no worker runs yet) against `judge`. With a judge that answered, a
+    failure is a defect of the demo and stops the set-up; without one, the llm_judge criteria cannot be
+    graded, so the demo admin overrides the failure, saying exactly that (docs/quality.md, "Demo")."""
     from runs.services.validation import (
         validation_problem,
         version_validation_override,
         version_validation_run_inline,
     )
 
-    validation = version_validation_run_inline(version=version, user=expert)
+    validation = version_validation_run_inline(version=version, user=expert, judge=judge.section)
     problem = validation_problem(version)
     if problem is None:
         return
-    if admin is None:
-        raise AuthoringError(f"the demo task did not validate: {problem}")
-    version_validation_override(
-        validation=validation, user=admin, reason=BOOTSTRAP_OVERRIDE.format(problem=problem)
-    )
+    if judge.reachable or admin is None:
+        raise AuthoringError(f"the demo task {version.task.slug} did not validate: {problem}")
+    reason = NO_JUDGE_OVERRIDE.format(url=judge.section["base_url"], problem=problem)
+    version_validation_override(validation=validation, user=admin, reason=reason)
+
+
+def _revalidate_overridden(slugs: list[str], expert: User, judge: DemoJudge) -> int:
+    """Demo tasks approved by an override when no judge answered are validated again once one does, so
+    a later start clears them; returns how many were validated."""
+    from runs.services.validation import latest_finished_validation
+
+    revalidated = 0
+    for task in Task.objects.filter(slug__in=slugs):
+        version = task.versions.filter(state=VersionState.APPROVED).order_by("-number").first()
+        validation = latest_finished_validation(version) if version else None
+        if validation is not None and validation.overridden_by_id is not None:
+            _validate_for_approval(version, expert, None, judge)
+            revalidated += 1
+    return revalidated
 
 
 def _create_draft(spec: DemoTask, expert: User) -> Task:
@@ -101,18 +129,21 @@ def broken_draft() -> DemoTask:
 
 @transaction.atomic
 def demo_content_ensure(
-    *, expert: User, reviewer: User, researcher: User, admin: User | None = None
+    *, expert: User, reviewer: User, researcher: User, judge: DemoJudge, admin: User | None = None
 ) -> dict[str, int]:
-    """Creates the demo tasks and task set that are missing; returns how many of each were created now.
+    """Creates the demo tasks and task set that are missing; returns how many of each were created now,
+    and how many overridden tasks were validated again.
 
-    Each task is validated before it is approved (`admin` overrides a validation that fails for want of
-    the judge); the broken draft is left for the expert to submit."""
+    Each task is validated against `judge` before it is approved (`admin` overrides a validation that
+    fails when no judge answered); the broken draft is left for the expert to submit."""
     specs = demo_tasks()
+    slugs = [spec.slug for spec in specs]
+    revalidated = _revalidate_overridden(slugs, expert, judge) if judge.reachable else 0
     created_tasks = 0
     for spec in specs:
         if Task.objects.filter(slug=spec.slug).exists():
             continue
-        _create_approved(spec, expert, reviewer, admin)
+        _create_approved(spec, expert, reviewer, admin, judge)
         created_tasks += 1
     if not Task.objects.filter(slug=BROKEN_DRAFT_SLUG).exists():
         _create_draft(broken_draft(), expert)
@@ -120,7 +151,7 @@ def demo_content_ensure(
     if not TaskSet.objects.filter(name=DEMO_TASK_SET).exists():
         versions = [
             task.versions.filter(state=VersionState.APPROVED).order_by("-number").first()
-            for task in Task.objects.filter(slug__in=[spec.slug for spec in specs])
+            for task in Task.objects.filter(slug__in=slugs)
         ]
         task_set_create(
             owner=researcher,
@@ -131,4 +162,4 @@ def demo_content_ensure(
             eval_fraction=0.34,
         )
         created_sets = 1
-    return {"tasks": created_tasks, "task_sets": created_sets}
+    return {"tasks": created_tasks, "task_sets": created_sets, "revalidated": revalidated}

@@ -74,6 +74,7 @@ class DevStack:
         return child
 
     def start(self, on_status=print) -> None:
+        """Ray head, the judge (unless start_judge ran), Celery worker with beat, web; waits for each."""
         env = self._env()
         bin_dir = Path(sys.executable).parent
         if self.start_ray and not env.get("RAY_ADDRESS"):
@@ -101,24 +102,7 @@ class DevStack:
             )
             env["RAY_ADDRESS"] = f"http://127.0.0.1:{self.ray_dashboard_port}"
             self._wait_for(f"{env['RAY_ADDRESS']}/api/version", "ray", timeout=90)
-        if self.judge_port:
-            on_status(f"starting the local judge ({self.judge_model}) on port {self.judge_port} ...")
-            self._spawn(
-                "judge",
-                [
-                    sys.executable,
-                    "-m",
-                    "rl_engine.judge_server",
-                    "--model",
-                    self.judge_model,
-                    "--port",
-                    str(self.judge_port),
-                    "--threads",
-                    "1",
-                ],
-                env,
-            )
-            self._wait_for(f"{self.judge_url}/models", "judge", timeout=180)
+        self.start_judge(on_status)
         on_status("starting a Celery worker (with beat: the runs reconciler) ...")
         (self.var_dir / "celery").mkdir(parents=True, exist_ok=True)
         self._spawn(
@@ -147,6 +131,30 @@ class DevStack:
         )
         self._wait_for(f"{self.url}login/", "web", timeout=60)
         self._wait_for_worker(timeout=60)
+
+    def start_judge(self, on_status=print) -> None:
+        """The local judge alone, and waits until it answers; run_demo starts it before the demo's set-up
+        so that the demo tasks' llm_judge criteria are validated for real. Nothing when there is no
+        judge port or it already runs."""
+        if not self.judge_port or any(c.name == "judge" for c in self.children):
+            return
+        on_status(f"starting the local judge ({self.judge_model}) on port {self.judge_port} ...")
+        self._spawn(
+            "judge",
+            [
+                sys.executable,
+                "-m",
+                "rl_engine.judge_server",
+                "--model",
+                self.judge_model,
+                "--port",
+                str(self.judge_port),
+                "--threads",
+                "1",
+            ],
+            self._env(),
+        )
+        self._wait_for(f"{self.judge_url}/models", "judge", timeout=180)
 
     def _wait_for(self, url: str, name: str, *, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -205,6 +213,14 @@ def stop_process_group(process: subprocess.Popen, grace: float = STOP_GRACE_SECO
             except subprocess.TimeoutExpired:
                 pass
     process.wait()
+
+
+def judge_answers(base_url: str, *, timeout: float = 3.0) -> bool:
+    """Whether an OpenAI-compatible endpoint answers at `base_url` (its model list)."""
+    try:
+        return httpx.get(f"{base_url.rstrip('/')}/models", timeout=timeout).status_code < 400
+    except httpx.HTTPError:
+        return False
 
 
 def _free_port() -> int:

@@ -344,6 +344,19 @@ VERDICT_SCHEMA = {
 }
 
 
+EMPTY_EVIDENCE_RATIONALE = "the answer is empty and no output file holds text; the judge was not asked"
+
+
+def empty_evidence_check(answer: str, files: dict[str, str]) -> Check | None:
+    """An `llm_judge` criterion is never met when there is nothing to judge: a blank final answer and
+    no output file holding text. The judge is not asked: an empty answer cannot satisfy a content
+    criterion, and a weak judge would say yes to it (docs/quality.md, "Empty answers"). None when
+    there is evidence to judge."""
+    if answer.strip() or any(text.strip() for text in files.values()):
+        return None
+    return Check(False, EMPTY_EVIDENCE_RATIONALE)
+
+
 def judge_messages(
     criterion: str,
     answer: str,

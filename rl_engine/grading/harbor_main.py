@@ -24,6 +24,7 @@ from .checks import (
     VERDICT_SCHEMA,
     Check,
     check_deterministic,
+    empty_evidence_check,
     evaluate_python_subprocess,
     judge_messages,
     output_texts,
@@ -36,6 +37,9 @@ class JudgeFailed(Exception):
 
 
 def _judge(criterion: str, answer: str, files: dict[str, str], model: str | None) -> Check:
+    empty = empty_evidence_check(answer, files)
+    if empty is not None:
+        return empty
     base_url = os.environ.get("PRACTICUM_JUDGE_BASE_URL", "").rstrip("/")
     model = model or os.environ.get("PRACTICUM_JUDGE_MODEL", "")
     if not base_url or not model:

@@ -1,5 +1,6 @@
 """`llm_judge` over an OpenAI-compatible endpoint: one structured verdict per criterion.
 
+An empty answer with no text in output/ is not met without asking the judge (checks.empty_evidence_check).
 A judge that still fails after its retries (HTTP 5xx or 429, a timeout, a refused connection, or
 an answer that is not a verdict) raises HarnessError(JUDGE) with the last response body as
 detail: a failed judge is never a score of 0. Other 4xx answers (bad key, unknown model) are not
@@ -13,7 +14,7 @@ import asyncio
 import httpx
 
 from ..outcomes import HarnessCode, HarnessError
-from .checks import VERDICT_SCHEMA, Check, judge_messages, parse_verdict
+from .checks import VERDICT_SCHEMA, Check, empty_evidence_check, judge_messages, parse_verdict
 from .models import JudgeConfig
 
 
@@ -45,6 +46,9 @@ async def judge_criterion(
     files: dict[str, str],
     model: str | None = None,
 ) -> Check:
+    empty = empty_evidence_check(answer, files)
+    if empty is not None:
+        return empty
     url = config.base_url.rstrip("/") + "/chat/completions"
     headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
     body = _request_body(model or config.model, judge_messages(criterion, answer, files))

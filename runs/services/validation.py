@@ -108,7 +108,7 @@ def version_validation_request(*, version: TaskVersion, user, trigger: str) -> V
 
 
 def version_validation_run_inline(
-    *, version: TaskVersion, user, trigger: str = "bootstrap"
+    *, version: TaskVersion, user, trigger: str = "bootstrap", judge: dict[str, Any] | None = None
 ) -> VersionValidation:
     """Validates in this process (no Celery, no Ray): the engine's `validate` over the exported bundle,
     its events stored through ingestion, so the checklist and the evidence are those of any run.
@@ -116,7 +116,8 @@ def version_validation_run_inline(
     For set-up commands (bootstrap_demo), never a web request. The version's validation still waiting
     for a dispatcher (the one submitting requested) is the one run, claimed first so that a dispatcher
     leaves it alone; otherwise a new one is made. Nothing is retried (max_attempts 1, judge retries 0),
-    so a missing judge is reported at once rather than after minutes of back-off.
+    so a missing judge is reported at once rather than after minutes of back-off. `judge` (base_url,
+    model, ...) replaces the settings' judge when the rubric needs one: the judge the set-up started.
     """
     from rl_engine.cli import main as engine_main
 
@@ -126,7 +127,7 @@ def version_validation_run_inline(
     run = validation.run
     run.spec = dict(run.spec, max_attempts=1)  # stored too: ingestion reads max_attempts from it
     if run.spec.get("judge"):
-        run.spec["judge"] = dict(run.spec["judge"], retries=0)
+        run.spec["judge"] = {**run.spec["judge"], **(judge or {}), "retries": 0}
     run.status, run.started_at = RunStatus.RUNNING, run.started_at or timezone.now()
     run.save(update_fields=["spec", "status", "started_at"])
     spec = dict(run.spec)

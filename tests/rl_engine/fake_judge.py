@@ -49,6 +49,15 @@ class FakeJudge:
                 except (BrokenPipeError, ConnectionResetError):
                     pass  # the client gave up on a hanging answer, as it should
 
+            def do_GET(self) -> None:
+                """The model list, as a set-up's probe of the endpoint asks for it."""
+                payload = json.dumps({"object": "list", "data": [{"id": "fake-judge", "object": "model"}]})
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload.encode())
+
             def log_message(self, *args: object) -> None:
                 pass
 

@@ -268,3 +268,31 @@ def test_an_expert_reads_the_verdicts_without_the_review_buttons(client, world, 
         reverse("runs:trace_criterion_review", args=[rollout.pk, "c1"]), {"reviewer_met": "yes"}
     )
     assert response.status_code == 403
+
+
+def test_with_no_review_the_page_says_so_and_how_to_add_one(client, world, reviewer):
+    client.force_login(reviewer)
+    page = client.get(reverse("runs:grader_health")).content.decode()
+
+    assert "No reviews yet" in page
+    assert "under <strong>Rubric and verdicts</strong> give your verdict on each criterion" in page
+    assert f'href="{reverse("runs:trace_list")}"' in page
+    # No figures without reviews: no kappa legend, no empty tables.
+    assert "1 perfect" not in page and "Cohen's κ" not in page and "Per criterion kind" not in page
+
+
+def test_with_no_review_of_a_run_the_link_lists_that_runs_traces(client, world, reviewer):
+    run = world["rollouts"]["q0"].run
+    client.force_login(reviewer)
+    page = client.get(reverse("runs:grader_health") + f"?run={run.pk}").content.decode()
+
+    assert "on this run's rollouts" in page
+    assert f'href="{reverse("runs:trace_list")}?run={run.pk}"' in page
+
+
+def test_a_kappa_that_is_undefined_says_why_on_its_card(client, world, reviewer):
+    criterion_review_set(rollout=world["rollouts"]["z"], user=reviewer, criterion_id="c2", reviewer_met=T)
+    client.force_login(reviewer)
+    page = client.get(reverse("runs:grader_health")).content.decode()
+
+    assert "undefined: one verdict throughout" in page and "1 perfect" not in page

@@ -7,17 +7,25 @@ import asyncio
 import shutil
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
 import pytest
 from django.core.management import call_command
+from django.db.models import F
 
 from rl_engine.bundle import load_bundle
 from rl_engine.grading import grade
 from rl_engine.grading.checks import DETERMINISTIC_KINDS
+from runs.models import CriterionReview, ValidationStatus, VersionValidation
+from runs.services.validation import (
+    latest_finished_validation,
+    validation_problem,
+    version_validation_run_inline,
+)
 from tasks_authoring.bundles import bundle_export
-from tasks_authoring.demo import DEMO_SEED, DEMO_TASK_SET
+from tasks_authoring.demo import BROKEN_DRAFT_SLUG, DEMO_SEED, DEMO_TASK_SET
 from tasks_authoring.demo_catalogue import demo_tasks
 from tasks_authoring.models import (
     Criterion,
@@ -28,7 +36,9 @@ from tasks_authoring.models import (
     TaskVersion,
     WorldFile,
 )
-from tasks_authoring.services import world_file_extract
+from tasks_authoring.services import task_version_submit, world_file_extract
+from tests.rl_engine.fake_judge import FakeJudge, verdict_reply
+from webapp.testing.services import free_port
 
 pytestmark = pytest.mark.django_db
 
@@ -41,7 +51,9 @@ def media(settings, tmp_path):
 
 @pytest.fixture
 def bootstrapped(media, settings, tmp_path):
+    """Set up with no judge answering (a port nobody listens on): the override path."""
     settings.VAR_DIR = tmp_path
+    settings.PRACTICUM_JUDGE_URL = f"http://127.0.0.1:{free_port()}/v1"
     call_command("bootstrap_demo", stdout=open(tmp_path / "out.txt", "w"))
     return Task.objects.filter(slug__startswith="demo-")
 
@@ -69,6 +81,76 @@ def test_bootstrap_creates_six_approved_tasks_in_three_domains_and_a_seeded_task
     assert task_set.seed == DEMO_SEED
     assert task_set.members.count() == 6
     assert set(task_set.members.values_list("split", flat=True)) == {"train", "eval"}
+
+
+def _latest_validations(tasks) -> list[VersionValidation]:
+    return [latest_finished_validation(task.latest_version) for task in tasks]
+
+
+def test_without_a_judge_the_admin_overrides_saying_no_judge_answered(bootstrapped, settings, tmp_path):
+    validations = _latest_validations(bootstrapped)
+    assert {v.status for v in validations} == {ValidationStatus.FAILED}
+    for validation in validations:
+        assert validation.overridden_by.username == "admin"
+        assert validation.override_reason.startswith(
+            f"No llm_judge endpoint answered at {settings.PRACTICUM_JUDGE_URL} when bootstrap_demo"
+        )
+        assert "JUDGE" in validation.override_reason
+    assert (
+        f"No llm_judge endpoint answers at {settings.PRACTICUM_JUDGE_URL}"
+        in (tmp_path / "out.txt").read_text()
+    )
+
+
+def _bootstrap_with(judge: FakeJudge, out: Path) -> str:
+    started = time.monotonic()
+    with open(out, "w") as stdout:
+        call_command("bootstrap_demo", judge_url=judge.base_url, stdout=stdout)
+    print(f"bootstrap_demo with a judge took {time.monotonic() - started:.1f} s")
+    return out.read_text()
+
+
+def test_with_a_judge_every_demo_task_validates_cleanly_and_the_broken_draft_is_caught(
+    media, settings, tmp_path
+):
+    settings.VAR_DIR = tmp_path
+    with FakeJudge(("ok", verdict_reply(True, "Yes, it holds"))) as judge:
+        output = _bootstrap_with(judge, tmp_path / "out.txt")
+        tasks = Task.objects.filter(slug__in=[spec.slug for spec in demo_tasks()])
+        validations = _latest_validations(tasks)
+        assert len(validations) == 6
+        assert [(v.status, v.overridden_by) for v in validations] == [(ValidationStatus.PASSED, None)] * 6
+        for validation in validations:
+            assert all(check["ok"] for check in validation.checks), validation.checks
+            assert validation.run.spec["judge"]["base_url"] == judge.base_url
+        # The oracle's and the null agent's judged criteria were asked; the empty answer's were not.
+        prompts = [r["body"]["messages"][-1]["content"] for r in judge.requests]
+        assert len(prompts) == 12 and not any("<final_answer>\n\n</final_answer>" in p for p in prompts)
+        assert f"6 validated against the judge at {judge.base_url} in " in output
+        # The demo reviewer reviews the validations' verdicts at once: the yes-saying judge's verdict on
+        # the null agent's "I don't know." is overturned on every task.
+        reviews = CriterionReview.objects.filter(reviewer__username="reviewer")
+        assert f"Demo criterion reviews: {reviews.count()} added" in output
+        overturned = reviews.exclude(reviewer_met=F("grader_met"))
+        assert (
+            sorted(overturned.values_list("rollout__policy", "criterion_kind")) == [("null", "llm_judge")] * 6
+        )
+
+        draft = Task.objects.get(slug=BROKEN_DRAFT_SLUG).latest_version
+        task_version_submit(version=draft, user=draft.task.owner)
+        version_validation_run_inline(version=draft, user=draft.task.owner, trigger="submit")
+    assert validation_problem(draft).startswith(f"{BROKEN_DRAFT_SLUG} v1: its validation failed (")
+    failed = {c["key"]: c["reason"] for c in latest_finished_validation(draft).checks if not c["ok"]}
+    assert set(failed) == {"oracle_passes", "golden_meets_criteria"}
+    assert failed["golden_meets_criteria"].startswith("c2 (regex): the pattern 'target (was )?missed'")
+
+
+def test_a_later_start_with_a_judge_validates_the_overridden_tasks_again(bootstrapped, tmp_path):
+    with FakeJudge(("ok", verdict_reply(True))) as judge:
+        output = _bootstrap_with(judge, tmp_path / "again.txt")
+    assert "0 approved tasks" in output and "6 validated against the judge" in output
+    validations = _latest_validations(bootstrapped.filter(slug__in=[spec.slug for spec in demo_tasks()]))
+    assert [(v.status, v.overridden_by) for v in validations] == [(ValidationStatus.PASSED, None)] * 6
 
 
 def test_running_bootstrap_twice_creates_nothing_more(bootstrapped, tmp_path):

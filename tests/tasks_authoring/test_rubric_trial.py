@@ -15,6 +15,7 @@ from tasks_authoring.services.rubric_trial import (
     rubric_trial_rollouts,
     rubric_try,
 )
+from tests.rl_engine.fake_judge import FakeJudge, verdict_reply
 from tests.rl_engine.test_judge_server import judge_process
 from tests.runs.factories import add_rollout, make_run
 from tests.tasks_authoring.web_helpers import draft_task, in_review_task, workbook_bytes
@@ -158,8 +159,26 @@ def test_a_dead_judge_is_reported_per_criterion_never_as_not_met(expert, setting
     assert judged.met is None
     assert judged.rationale.startswith("judge unavailable: judge at http://127.0.0.1:")
     assert "request failed" in judged.rationale
-    assert judged.unprobed == ["empty", "off-topic"] and judged.loose == []
+    # The empty probe needs no judge: an empty answer meets no llm_judge criterion (the harness rule).
+    assert judged.unprobed == ["off-topic"] and judged.loose == []
     assert (result.score, result.passed, result.missing) == (None, None, ["c2"])
+
+
+def test_a_judge_that_says_yes_to_anything_is_flagged_by_the_off_topic_answer(expert, settings):
+    task = draft_task(expert)
+    _criterion(task, "Says the target is not met", "llm_judge")
+
+    with FakeJudge(("ok", verdict_reply(True, "Yes, it holds"))) as judge:
+        settings.PRACTICUM_JUDGE_URL = judge.base_url
+        result = rubric_try(version=task.latest_version, user=expert, answer="fact 1: the target was missed")
+
+    judged = _by_key(result)["c2"]
+    assert judged.met is True
+    assert [(probe.probe, probe.rationale) for probe in judged.loose] == [("off-topic", "Yes, it holds")]
+    assert judged.unprobed == []
+    # Only the candidate and the off-topic paragraph reached the judge; the empty probe did not.
+    prompts = [request["body"]["messages"][-1]["content"] for request in judge.requests]
+    assert len(prompts) == 2 and all("<final_answer>\n\n</final_answer>" not in p for p in prompts)
 
 
 def test_a_judge_that_never_answers_costs_only_the_bounded_time(expert, settings):
