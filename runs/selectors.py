@@ -11,6 +11,7 @@ from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Coalesce, Mod
 from django.shortcuts import get_object_or_404
 
+from .harness_selectors import bundle_failures
 from .models import (
     ACTIVE_STATUSES,
     Rollout,
@@ -282,18 +283,12 @@ def run_harness_errors(*, run: Run, buckets: int = 60, examples: int = 3) -> dic
             .order_by("-seq")
             .values("pk", "step", "task_name", "sample", "attempt", "message")[:examples]
         )
-    bundles = list(
-        RunEvent.objects.filter(run=run, type="harness_error", payload__has_key="task")
-        .exclude(payload__has_key="summary")
-        .order_by("seq")
-        .values_list("payload", flat=True)[:20]
-    )
     return {
         "codes": codes,
         "over_steps": list(over_steps),
         "bucket_width": width,
         "last_bucket": last_step // width,
-        "bundle_failures": bundles,
+        "bundle_failures": bundle_failures(run=run),
     }
 
 

@@ -200,10 +200,12 @@ def add_rollout(
     return rollout
 
 
+def add_event(run: Run, seq: int, type: str, payload: dict) -> None:
+    RunEvent.objects.create(run=run, seq=seq, type=type, payload=payload, emitted_at=timezone.now())
+
+
 def add_log(run: Run, seq: int, message: str) -> None:
-    RunEvent.objects.create(
-        run=run, seq=seq, type="log", payload={"message": message}, emitted_at=timezone.now()
-    )
+    add_event(run, seq, "log", {"message": message})
 
 
 def add_checkpoint(run: Run, step: int) -> None:

@@ -7,7 +7,7 @@ import json
 import pytest
 from django.urls import reverse
 
-from tests.runs.factories import add_checkpoint, add_log, add_rollout, add_steps, make_run
+from tests.runs.factories import add_checkpoint, add_event, add_log, add_rollout, add_steps, make_run
 
 pytestmark = pytest.mark.django_db
 
@@ -207,3 +207,27 @@ def test_a_live_runs_task_table_is_reused_briefly_and_an_ended_runs_follows_its_
     run.status, run.rollouts_done = "succeeded", 3
     add_rollout(run, version, split="eval", step=0, sample=2)
     assert run_task_results_recent(run=run, max_age=0)[0][0]["rollouts"] == 3
+
+
+def test_the_harness_panel_lists_only_bundles_that_failed_to_load_beside_the_codes(
+    client, researcher, train_run
+):
+    """A rollout's harness_error event is already counted under its code; only a bundle that never
+    loaded (no sample, no rollout) gets its own row."""
+    add_event(
+        train_run,
+        50,
+        "harness_error",
+        {"code": "TOOL_TIMEOUT", "task": "tasks/train/a", "message": "slow", "step": 2, "sample": 0},
+    )
+    add_event(
+        train_run,
+        51,
+        "harness_error",
+        {"code": "BUNDLE_INVALID", "task": "tasks/train/broken", "message": "task.toml is missing"},
+    )
+    client.force_login(researcher)
+    response = client.get(reverse("runs:run_detail", args=[train_run.pk]))
+    harness = response.context["harness"]
+    assert [failure["code"] for failure in harness["bundle_failures"]] == ["BUNDLE_INVALID"]
+    assert "task.toml is missing" in response.content.decode()
