@@ -14,6 +14,16 @@
     if (link) { event.preventDefault(); link.click(); }
   });
 
+  // A filter form marked data-drop-empty sends (and pushes into the URL) only the filters that are set,
+  // so a shared link reads ?outcome=harness_error rather than a dozen empty parameters.
+  document.addEventListener("htmx:configRequest", function (event) {
+    if (event.detail.verb !== "get" || !event.detail.elt.hasAttribute("data-drop-empty")) return;
+    var data = event.detail.formData;
+    Array.from(new Set(data.keys())).forEach(function (key) {
+      if (data.getAll(key).every(function (value) { return value === ""; })) data.delete(key);
+    });
+  });
+
   function drawHarnessChart() {
     var blob = document.getElementById("harness-chart");
     var figure = document.querySelector("[data-time-chart]");

@@ -51,6 +51,7 @@ def test_the_reviewer_finds_labels_and_exports_the_harness_errors(
     page.locator("#results .count", has_text="3 rollouts match").wait_for()
     page.select_option("#id_sort", "id")
     page.wait_for_url(re.compile(r"sort=id"))
+    assert page.url.endswith("/traces/?outcome=harness_error&sort=id")  # only the filters that are set
     page.screenshot(path=str(tmp_path / "1-filtered-list.png"), full_page=True)
 
     page.get_by_role("link", name=f"#{planted[0].pk}", exact=True).click()
