@@ -7,11 +7,12 @@ import pytest
 from django.test import Client
 
 from runs.api_quality import router
-from runs.models import CriterionReview, RolloutBody, RunStatus, VersionValidation
+from runs.models import CriterionReview, RunStatus, VersionValidation
 from runs.services.quality import criterion_review_set
 from runs.services.validation import version_validation_override
 from tasks_authoring import services as authoring
 from tests.runs.factories import EVAL_SPEC, add_rollout
+from tests.runs.grader_helpers import AGREEMENT_ROWS, F, T, agreement_rows, graded_rollout, review_all
 from tests.runs.trace_helpers import make_world
 from tests.runs.validation_helpers import validation_finished
 from tests.tasks_authoring.data_helpers import draft_with_rubric
@@ -19,25 +20,12 @@ from webapp.api_tokens import api_token_create
 
 pytestmark = pytest.mark.django_db
 
-T, F = True, False
-
 
 def _as(user) -> Client:
     if user is None:
         return Client()
     _, raw = api_token_create(user=user, name="tests")
     return Client(HTTP_AUTHORIZATION=f"Bearer {raw}")
-
-
-def _graded(run, version, *, number_met: bool, judge_met: bool):
-    """A rollout whose verdicts are c1 (number_close) and c2 (llm_judge)."""
-    rollout = add_rollout(run, version, passed=number_met and judge_met, split="eval")
-    verdicts = [
-        {"criterion_id": "c1", "kind": "number_close", "met": number_met, "weight": 1, "required": True},
-        {"criterion_id": "c2", "kind": "llm_judge", "met": judge_met, "weight": 1, "required": True},
-    ]
-    RolloutBody.objects.filter(rollout=rollout).update(verdicts=verdicts)
-    return rollout
 
 
 @pytest.fixture
@@ -51,26 +39,12 @@ def world(expert, researcher, reviewer, admin_user, outsider, make_user):
         run.save(update_fields=["spec"])
     a, b = world.runs["a"], world.runs["b"]
     world.rollouts = {
-        "q0": _graded(a, world.versions["q0"], number_met=T, judge_met=T),
-        "q1": _graded(a, world.versions["q1"], number_met=F, judge_met=F),
-        "z": _graded(b, world.versions["z"], number_met=T, judge_met=T),
+        "q0": graded_rollout(a, world.versions["q0"], number_met=T, judge_met=T),
+        "q1": graded_rollout(a, world.versions["q1"], number_met=F, judge_met=F),
+        "z": graded_rollout(b, world.versions["z"], number_met=T, judge_met=T),
     }
     world.users.update(admin=admin_user, outsider=outsider)
     return world
-
-
-def _review_all(world, reviewer) -> None:
-    """Six current reviews, two of them overturning the grader (q0's c2 and z's c1)."""
-    r = world.rollouts
-    criterion_review_set(rollout=r["q0"], user=reviewer, criterion_id="c1", reviewer_met=F, note="misread")
-    criterion_review_set(rollout=r["q0"], user=reviewer, criterion_id="c1", reviewer_met=T)
-    criterion_review_set(
-        rollout=r["q0"], user=reviewer, criterion_id="c2", reviewer_met=F, note="no citation"
-    )
-    criterion_review_set(rollout=r["q1"], user=reviewer, criterion_id="c1", reviewer_met=F)
-    criterion_review_set(rollout=r["q1"], user=reviewer, criterion_id="c2", reviewer_met=F)
-    criterion_review_set(rollout=r["z"], user=reviewer, criterion_id="c1", reviewer_met=F, note="says 12")
-    criterion_review_set(rollout=r["z"], user=reviewer, criterion_id="c2", reviewer_met=T)
 
 
 def _review(client, rollout, **body):
@@ -102,7 +76,7 @@ def test_the_list_keeps_every_review_newest_first_and_marks_each_reviewers_lates
     world, reviewer, researcher
 ):
     rollout = world.rollouts["q0"]
-    _review_all(world, reviewer)
+    review_all(world.rollouts, reviewer)
     criterion_review_set(rollout=rollout, user=researcher, criterion_id="c1", reviewer_met=F)
 
     listed = _as(reviewer).get(f"/api/rollouts/{rollout.pk}/criterion-reviews").json()
@@ -173,12 +147,8 @@ def test_the_permission_matrix_of_criterion_reviews(world, who):
 # Grader health -----------------------------------------------------------------------------------
 
 
-def _rows(table: list[dict]) -> dict:
-    return {row["name"]: (row["reviews"], row["agreed"], row["rate"], row["kappa"]) for row in table}
-
-
 def test_grader_health_gives_the_pages_figures(world, reviewer):
-    _review_all(world, reviewer)
+    review_all(world.rollouts, reviewer)
 
     body = _as(reviewer).get("/api/quality/grader-health").json()
 
@@ -192,20 +162,8 @@ def test_grader_health_gives_the_pages_figures(world, reviewer):
         "rate": pytest.approx(4 / 6),
         "kappa": pytest.approx(0.4),
     }
-    # Each kind: (T,T), (F,F), (T,F) → p_o = 2/3, p_e = 4/9, κ = (2/9) / (5/9) = 0.4.
-    assert _rows(body["by_kind"]) == {
-        "number_close": (3, 2, pytest.approx(2 / 3), pytest.approx(0.4)),
-        "llm_judge": (3, 2, pytest.approx(2 / 3), pytest.approx(0.4)),
-    }
-    assert _rows(body["by_judge"]) == {
-        "judge-small": (2, 1, 0.5, pytest.approx(0.0)),
-        "judge-large": (1, 1, 1.0, None),
-    }
-    assert _rows(body["by_task"]) == {
-        "Revenue question": (2, 1, 0.5, pytest.approx(0.0)),
-        "Zeta question": (2, 1, 0.5, pytest.approx(0.0)),
-        "Margin question": (2, 2, 1.0, None),
-    }
+    for group, rows in AGREEMENT_ROWS.items():
+        assert agreement_rows(body[group]) == rows, group
     task_ids = {row["name"]: row["task_id"] for row in body["by_task"]}
     assert task_ids["Zeta question"] == world.versions["z"].task_id
     newest, older = body["disagreements"]
@@ -233,7 +191,7 @@ def test_grader_health_gives_the_pages_figures(world, reviewer):
 
 
 def test_grader_health_limits_the_disagreements_and_narrows_to_one_run(world, reviewer):
-    _review_all(world, reviewer)
+    review_all(world.rollouts, reviewer)
     client = _as(reviewer)
 
     limited = client.get("/api/quality/grader-health?limit=1").json()
@@ -267,7 +225,7 @@ HEALTH_MATRIX = {
 
 @pytest.mark.parametrize("who", list(HEALTH_MATRIX))
 def test_each_persona_sees_the_agreement_of_what_they_may_read(world, reviewer, who):
-    _review_all(world, reviewer)
+    review_all(world.rollouts, reviewer)
     status, reviews = HEALTH_MATRIX[who]
     response = _as(world.users[who] if who else None).get("/api/quality/grader-health")
     assert response.status_code == status

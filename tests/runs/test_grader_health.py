@@ -8,16 +8,15 @@ import pytest
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.urls import reverse
 
-from runs.models import CriterionReview, RolloutBody
+from runs.models import CriterionReview
 from runs.quality_selectors import agreement, cohen_kappa, grader_health
 from runs.services.quality import criterion_review_set
 from tasks_authoring.services.task_sets import task_set_create
-from tests.runs.factories import add_rollout, make_run
+from tests.runs.factories import make_run
+from tests.runs.grader_helpers import AGREEMENT_ROWS, F, T, agreement_rows, graded_rollout, review_all
 from tests.tasks_authoring.data_helpers import approve, draft_with_rubric
 
 pytestmark = pytest.mark.django_db
-
-T, F = True, False
 
 
 def _pairs(**counts: int) -> list[tuple[bool, bool]]:
@@ -67,31 +66,6 @@ def _spec(judge: str) -> dict:
     }
 
 
-def _graded(run, version, *, number_met: bool, judge_met: bool):
-    rollout = add_rollout(run, version, passed=number_met and judge_met, split="eval")
-    RolloutBody.objects.filter(rollout=rollout).update(
-        verdicts=[
-            {
-                "criterion_id": "c1",
-                "kind": "number_close",
-                "met": number_met,
-                "rationale": None,
-                "weight": 1,
-                "required": True,
-            },
-            {
-                "criterion_id": "c2",
-                "kind": "llm_judge",
-                "met": judge_met,
-                "rationale": "It cites the notes.",
-                "weight": 1,
-                "required": True,
-            },
-        ]
-    )
-    return rollout
-
-
 @pytest.fixture
 def world(expert, reviewer, researcher, make_user):
     other = make_user("ezra_expert", "expert")
@@ -108,25 +82,11 @@ def world(expert, reviewer, researcher, make_user):
         user=researcher, task_set=task_set, kind="eval", status="succeeded", spec=_spec("judge-large")
     )
     rollouts = {
-        "q0": _graded(small, versions["q0"], number_met=T, judge_met=T),
-        "q1": _graded(small, versions["q1"], number_met=F, judge_met=F),
-        "z": _graded(large, versions["z"], number_met=T, judge_met=T),
+        "q0": graded_rollout(small, versions["q0"], number_met=T, judge_met=T),
+        "q1": graded_rollout(small, versions["q1"], number_met=F, judge_met=F),
+        "z": graded_rollout(large, versions["z"], number_met=T, judge_met=T),
     }
     return {"versions": versions, "rollouts": rollouts, "other_expert": other}
-
-
-def _review_all(world, reviewer):
-    r = world["rollouts"]
-    # A change of mind: the first word on q0's c1 is replaced by the second.
-    criterion_review_set(rollout=r["q0"], user=reviewer, criterion_id="c1", reviewer_met=F, note="misread")
-    criterion_review_set(rollout=r["q0"], user=reviewer, criterion_id="c1", reviewer_met=T)
-    criterion_review_set(
-        rollout=r["q0"], user=reviewer, criterion_id="c2", reviewer_met=F, note="no citation"
-    )
-    criterion_review_set(rollout=r["q1"], user=reviewer, criterion_id="c1", reviewer_met=F)
-    criterion_review_set(rollout=r["q1"], user=reviewer, criterion_id="c2", reviewer_met=F)
-    criterion_review_set(rollout=r["z"], user=reviewer, criterion_id="c1", reviewer_met=F, note="says 12")
-    criterion_review_set(rollout=r["z"], user=reviewer, criterion_id="c2", reviewer_met=T)
 
 
 def test_a_review_records_the_graders_verdict_its_kind_and_the_runs_judge(world, reviewer):
@@ -152,7 +112,7 @@ def test_a_review_records_the_graders_verdict_its_kind_and_the_runs_judge(world,
 
 
 def test_reviews_are_append_only_and_the_latest_counts(world, reviewer):
-    _review_all(world, reviewer)
+    review_all(world["rollouts"], reviewer)
     q0 = world["rollouts"]["q0"]
     history = list(
         CriterionReview.objects.filter(rollout=q0, criterion_id="c1").values_list("reviewer_met", "note")
@@ -183,27 +143,11 @@ def test_who_may_review_a_verdict(world, persona, allowed, request):
             review()
 
 
-def _rows(table):
-    return {row["name"]: (row["reviews"], row["agreed"], row["rate"], row["kappa"]) for row in table}
-
-
 def test_agreement_is_grouped_per_kind_per_judge_model_and_per_task(world, reviewer):
-    _review_all(world, reviewer)
+    review_all(world["rollouts"], reviewer)
     health = grader_health(user=reviewer)
-    # Each kind: (T,T), (F,F), (T,F) → p_o = 2/3, p_e = 4/9, κ = (2/9) / (5/9) = 0.4.
-    assert _rows(health["by_kind"]) == {
-        "number_close": (3, 2, pytest.approx(2 / 3), pytest.approx(0.4)),
-        "llm_judge": (3, 2, pytest.approx(2 / 3), pytest.approx(0.4)),
-    }
-    assert _rows(health["by_judge"]) == {
-        "judge-small": (2, 1, 0.5, pytest.approx(0.0)),
-        "judge-large": (1, 1, 1.0, None),
-    }
-    assert _rows(health["by_task"]) == {
-        "Revenue question": (2, 1, 0.5, pytest.approx(0.0)),
-        "Zeta question": (2, 1, 0.5, pytest.approx(0.0)),
-        "Margin question": (2, 2, 1.0, None),
-    }
+    for group, rows in AGREEMENT_ROWS.items():
+        assert agreement_rows(health[group]) == rows, group
     assert health["overall"]["overturned"] == 2
     r = world["rollouts"]
     assert sorted((d.rollout_id, d.criterion_id) for d in health["disagreements"]) == sorted(
@@ -212,7 +156,7 @@ def test_agreement_is_grouped_per_kind_per_judge_model_and_per_task(world, revie
 
 
 def test_the_grader_health_page_shows_figures_and_links_disagreements_to_traces(client, world, reviewer):
-    _review_all(world, reviewer)
+    review_all(world["rollouts"], reviewer)
     client.force_login(reviewer)
     page = client.get(reverse("runs:grader_health")).content.decode()
     assert "Grader health" in page and "66.7%" in page and "0.40" in page
@@ -222,7 +166,7 @@ def test_the_grader_health_page_shows_figures_and_links_disagreements_to_traces(
 
 
 def test_an_expert_sees_agreement_on_their_own_tasks_only(client, world, reviewer, expert):
-    _review_all(world, reviewer)
+    review_all(world["rollouts"], reviewer)
     client.force_login(expert)
     response = client.get(reverse("runs:grader_health"))
     assert response.status_code == 200
