@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from pydantic import BaseModel
 
 from rl_engine.outcomes import Outcome
-from rl_engine.trace import RolloutSummary
+from rl_engine.trace import RolloutRecord, RolloutSummary
 
 VALID_OUTCOMES = (Outcome.GRADED, Outcome.AGENT_ERROR)
 
@@ -104,6 +104,20 @@ def rollout_metrics(finals: list[RolloutSummary], *, ks: Iterable[int] = (1,)) -
         turns_mean=valid_mean(s.turns for s in valid),
         tokens_mean=valid_mean(s.tokens for s in valid),
     )
+
+
+def tool_calls_by_tool(records: Iterable[RolloutRecord]) -> dict[str, dict[str, int]]:
+    """{tool: {"calls", "errors"}} over every attempt's tool calls: a retried attempt's failing call is
+    evidence of the tool's health too. An error is a result the harness marked `is_error` (the tool
+    refused the arguments, raised, or timed out)."""
+    counts: dict[str, dict[str, int]] = {}
+    for record in records:
+        for turn in record.turns:
+            for call in turn.tool_calls:
+                entry = counts.setdefault(call.name, {"calls": 0, "errors": 0})
+                entry["calls"] += 1
+                entry["errors"] += call.is_error
+    return counts
 
 
 class MetricMeans:

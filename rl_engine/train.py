@@ -50,7 +50,7 @@ from rl_engine.function_tasks import (
 )
 from rl_engine.health_gate import HealthGate, HealthGateTripped
 from rl_engine.inference import SamplingParams
-from rl_engine.metrics import rollout_metrics
+from rl_engine.metrics import rollout_metrics, tool_calls_by_tool
 from rl_engine.outcomes import Outcome
 from rl_engine.rollout import RolloutConfig
 from rl_engine.runtime import (
@@ -268,6 +268,9 @@ class _Run:
             "agent_error_rate": summary.agent_error_rate,
             "agent_errors_by_code": summary.agent_errors_by_code,
             "turns_mean": summary.turns_mean,
+            "tool_calls_by_tool": tool_calls_by_tool(
+                record for result in rollouts for record in result.records
+            ),
             "response_tokens_mean": _mean(
                 [result.sequence.model_tokens for result in rollouts if result.sequence is not None]
             ),

@@ -84,6 +84,8 @@ def train_charts(rows: list[tuple[int, dict]], *, rollouts_per_step: int) -> tup
     tools = _tool_series(rows)
     if tools:
         charts.insert(4, _chart("tools", "Tool-call success by tool", "%", steps, tools))
+    else:
+        missing.append("Tool-call success by tool")
     return charts, missing
 
 

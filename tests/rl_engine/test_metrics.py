@@ -10,10 +10,11 @@ from rl_engine.metrics import (
     pass_at_k,
     pass_at_k_by_task,
     rollout_metrics,
+    tool_calls_by_tool,
     valid_mean,
     valid_mean_reward,
 )
-from rl_engine.trace import RolloutSummary
+from rl_engine.trace import RolloutRecord, RolloutSummary, ToolCallRecord, TurnRecord
 
 
 def rollout(task: str, outcome: str, *, reward=None, score=None, passed=None, code=None, turns=0, tokens=0):
@@ -123,3 +124,27 @@ class TestMetricMeans:
     def test_a_negative_weight_is_refused(self):
         with pytest.raises(ValueError, match="weight"):
             MetricMeans().add({"x": 1.0}, weight=-1)
+
+
+def test_tool_calls_are_counted_per_tool_over_every_attempt():
+    def record(*calls: tuple[str, bool]) -> RolloutRecord:
+        tool_calls = [
+            ToolCallRecord(id=str(i), name=name, is_error=error) for i, (name, error) in enumerate(calls)
+        ]
+        return RolloutRecord(
+            summary=rollout("t", "graded", reward=1.0, score=1.0, passed=True),
+            turns=[
+                TurnRecord(index=0, role="assistant", tool_calls=tool_calls),
+                TurnRecord(index=1, role="user"),
+            ],
+        )
+
+    retried = record(("read_pdf", True))  # the attempt a harness error ended, retried: still evidence
+    final = record(("read_pdf", False), ("read_pdf", False), ("submit_answer", False))
+    other = record(("search_files", True), ("submit_answer", False))
+    assert tool_calls_by_tool([retried, final, other]) == {
+        "read_pdf": {"calls": 3, "errors": 1},
+        "submit_answer": {"calls": 2, "errors": 0},
+        "search_files": {"calls": 1, "errors": 1},
+    }
+    assert tool_calls_by_tool([]) == {}

@@ -58,6 +58,7 @@ def test_a_run_emits_numbered_events_and_checkpoints_at_the_end(toy, tmp_path):
     assert written[0]["type"] == "run_started" and written[-1]["type"] == "run_finished"
     steps = [e["payload"] for e in written if e["type"] == "step_metrics"]
     assert [s["step"] for s in steps] == [1, 2]
+    assert all(isinstance(s["tool_calls_by_tool"], dict) for s in steps)  # the toy model calls no tool
     assert sum(e["type"] == "rollout" for e in written) == 12
     assert {"reward_mean", "policy_loss", "grad_norm", "lr", "entropy", "tokens", "masked_groups"} <= set(
         steps[0]

@@ -74,6 +74,10 @@ def step_metrics(step: int, *, reward: float, harness: dict[str, int] | None = N
         "agent_error_rate": 0.125,
         "agent_errors_by_code": {"TURN_BUDGET": 1},
         "turns_mean": 3.0,
+        "tool_calls_by_tool": {
+            "read_pdf": {"calls": 4, "errors": step % 2},
+            "submit_answer": {"calls": 8, "errors": 0},
+        },
         "response_tokens_mean": 40.0 + step,
         "samples_trained": 8,
         "masked_groups": 1 if harness else 0,

@@ -52,6 +52,9 @@ def test_it_shows_the_run_with_its_charts_tables_and_spec(client, researcher, tr
     assert {"pass", "harness", "loss", "entropy", "clip", "grad_norm", "time", "eval_pass"} <= set(charts)
     assert [s["label"] for s in charts["eval_pass"]["series"]] == ["Pass@1", "Pass@2"]
     assert [s["label"] for s in charts["harness"]["series"]] == ["all codes", "TOOL_TIMEOUT"]
+    tools = {s["label"]: s["values"] for s in charts["tools"]["series"]}
+    assert tools["read_pdf"][:2] == [0.75, 1.0]  # 1 error in 4 calls at odd steps, none at even
+    assert tools["submit_answer"] == [1.0] * 8
     assert charts["harness"]["series"][1]["values"][1] == 1 / 8  # one of the step's 2×4 rollouts
     assert "KL to the reference" in page  # named as not reported: kl was None at every step
     assert "kl" not in charts
