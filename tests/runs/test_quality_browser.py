@@ -11,7 +11,8 @@ import pytest
 from runs.models import CriterionReview, TaskDifficulty
 from tasks_authoring.services.task_sets import task_set_create
 from tests.runs.factories import add_rollout, make_run
-from tests.runs.test_grader_health import _graded, _spec
+from tests.runs.grader_helpers import graded_rollout
+from tests.runs.test_grader_health import _spec
 from tests.runs.test_trace_browser import _log_in
 from tests.tasks_authoring.data_helpers import approve, draft_with_rubric
 
@@ -32,9 +33,9 @@ def test_reviewer_overturns_a_verdict_and_reads_grader_health_then_a_researcher_
         name="Judge run",
         spec=_spec("judge-small"),
     )
-    first = _graded(run, versions[0], number_met=True, judge_met=True)
+    first = graded_rollout(run, versions[0], number_met=True, judge_met=True)
     for sample in range(1, 3):
-        _graded(run, versions[0], number_met=True, judge_met=True)
+        graded_rollout(run, versions[0], number_met=True, judge_met=True)
         add_rollout(run, versions[1], sample=sample, passed=False, split="eval")
         add_rollout(run, versions[2], sample=sample, passed=sample == 1, split="eval")
 
