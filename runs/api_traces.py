@@ -17,10 +17,12 @@ from django.http import FileResponse, Http404, HttpRequest
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
 from ninja import Field, Query, Router, Schema, Status
+from ninja.errors import HttpError
 from ninja.pagination import paginate
 
 from rl_engine.outcomes import Outcome
 from tasks_authoring.models import ExportStatus
+from tasks_authoring.services.export_jobs import export_expired_message
 from webapp.roles import Role, has_role
 
 from . import selectors
@@ -257,8 +259,10 @@ def export_detail(request: HttpRequest, export_id: int):
 
 @router.get("/trace-exports/{int:export_id}/download", tags=["traces"], url_name="trace_export_download")
 def export_download(request: HttpRequest, export_id: int):
-    """The export's file (JSONL or CSV) once it is done; 404 before."""
+    """The export's file (JSONL or CSV) once it is done; 404 before, 410 once its file expired."""
     export = _export(request, export_id)
+    if export.status == ExportStatus.EXPIRED:
+        raise HttpError(410, export_expired_message(export))
     if export.status != ExportStatus.DONE or not export.file:
         raise Http404("This export has no file yet")
     return FileResponse(

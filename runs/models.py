@@ -16,7 +16,7 @@ import uuid
 from django.conf import settings
 from django.db import models
 
-from tasks_authoring.models import ExportStatus, TaskSet, TaskVersion
+from tasks_authoring.models import ExportProgress, TaskSet, TaskVersion
 
 
 class RunKind(models.TextChoices):
@@ -355,7 +355,7 @@ def trace_export_upload_to(job: TraceExport, filename: str) -> str:
     return f"trace-exports/{job.owner_id}/{job.pk}/{filename}"
 
 
-class TraceExport(models.Model):
+class TraceExport(ExportProgress):
     """An export of a filtered rollout list (or a run's metrics), written by a Celery worker with progress."""
 
     owner = models.ForeignKey(
@@ -364,13 +364,7 @@ class TraceExport(models.Model):
     format = models.CharField(max_length=12, choices=TraceExportFormat.choices)
     filters = models.JSONField(default=dict, help_text="The rollout-list filters, as in the URL.")
     label = models.CharField(max_length=300, help_text="What is exported, in words.")
-    status = models.CharField(max_length=10, choices=ExportStatus.choices, default=ExportStatus.QUEUED)
-    done = models.PositiveIntegerField(default=0)
-    total = models.PositiveIntegerField(default=0)
-    error = models.TextField(blank=True)
     file = models.FileField(upload_to=trace_export_upload_to, max_length=300, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]

@@ -10,6 +10,8 @@ import logging
 
 from celery import shared_task
 
+from tasks_authoring.services.export_jobs import exports_expire
+
 from .models import Run, TraceExport
 from .services import dispatch, trace_exports
 from .services import search_index as search_index_service
@@ -61,3 +63,8 @@ def search_index(rollout_ids: list[int]) -> int:
 @shared_task(name="runs.search_index_sweep")
 def search_index_sweep() -> int:
     return search_index_service.rollout_search_backlog_index()
+
+
+@shared_task(name="runs.trace_exports_expire")
+def trace_exports_expire() -> int:
+    return exports_expire(TraceExport)

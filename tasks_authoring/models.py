@@ -280,13 +280,39 @@ class ExportStatus(models.TextChoices):
     RUNNING = "running", "Running"
     DONE = "done", "Done"
     FAILED = "failed", "Failed"
+    EXPIRED = "expired", "Expired"  # done, and its file deleted after EXPORT_RETENTION_DAYS
+
+
+FINISHED_EXPORT_STATUSES = (ExportStatus.DONE, ExportStatus.FAILED, ExportStatus.EXPIRED)
+
+
+class ExportProgress(models.Model):
+    """What every export written in the background keeps: its state, progress and when it ended."""
+
+    status = models.CharField(max_length=10, choices=ExportStatus.choices, default=ExportStatus.QUEUED)
+    done = models.PositiveIntegerField(default=0)
+    total = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        abstract = True
+
+    @property
+    def is_finished(self) -> bool:
+        return self.status in FINISHED_EXPORT_STATUSES
+
+    @property
+    def percent(self) -> int:
+        return round(100 * self.done / self.total) if self.total else 0
 
 
 def export_upload_to(job: ExportJob, filename: str) -> str:
     return f"exports/{job.owner_id}/{job.pk}/{filename}"
 
 
-class ExportJob(models.Model):
+class ExportJob(ExportProgress):
     """One export asked for in the browser; a Celery worker writes the zip and counts task folders."""
 
     owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="export_jobs")
@@ -298,13 +324,7 @@ class ExportJob(models.Model):
     )
     label = models.CharField(max_length=300, help_text="What is exported, in words.")
     filename = models.CharField(max_length=200, help_text="The name the download gets.")
-    status = models.CharField(max_length=10, choices=ExportStatus.choices, default=ExportStatus.QUEUED)
-    done = models.PositiveIntegerField(default=0)
-    total = models.PositiveIntegerField(default=0)
-    error = models.TextField(blank=True)
     file = models.FileField(upload_to=export_upload_to, max_length=300, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]
@@ -312,11 +332,3 @@ class ExportJob(models.Model):
 
     def __str__(self) -> str:
         return f"export of {self.label} ({self.status})"
-
-    @property
-    def is_finished(self) -> bool:
-        return self.status in (ExportStatus.DONE, ExportStatus.FAILED)
-
-    @property
-    def percent(self) -> int:
-        return round(100 * self.done / self.total) if self.total else 0

@@ -2,7 +2,8 @@
 
 from celery import shared_task
 
-from .services.export_jobs import export_job_run
+from .models import ExportJob
+from .services.export_jobs import export_job_run, exports_expire
 from .services.world import world_file_extract
 
 
@@ -16,3 +17,8 @@ def extract_world_file(world_file_id: int) -> str:
 def run_export_job(export_job_id: int) -> str:
     job = export_job_run(export_job_id=export_job_id)
     return "deleted" if job is None else job.status
+
+
+@shared_task(name="tasks_authoring.export_jobs_expire")
+def export_jobs_expire() -> int:
+    return exports_expire(ExportJob)

@@ -164,6 +164,7 @@ RUN_RECONCILE_SECONDS = env_int("RUN_RECONCILE_SECONDS", 5)
 RUN_LOST_AFTER_SECONDS = env_int("RUN_LOST_AFTER_SECONDS", 60)
 RAY_SUBMIT_PATIENCE_SECONDS = env_int("RAY_SUBMIT_PATIENCE_SECONDS", 60)
 SEARCH_INDEX_SWEEP_SECONDS = env_int("SEARCH_INDEX_SWEEP_SECONDS", 60)
+EXPORT_RETENTION_DAYS = env_int("EXPORT_RETENTION_DAYS", 7)
 # Dispatch and reconcile have their own queue: its workers must reach Ray and RUNS_DIR (docs/operations.md).
 # Only tasks named "runs.tasks.*" go there; a runs task that needs no Ray takes another name.
 CELERY_TASK_ROUTES = {"runs.tasks.*": {"queue": "runs"}}
@@ -179,6 +180,17 @@ CELERY_BEAT_SCHEDULE = {
         "task": "runs.search_index_sweep",
         "schedule": float(SEARCH_INDEX_SWEEP_SECONDS),
         "options": {"expires": float(SEARCH_INDEX_SWEEP_SECONDS)},
+    },
+    # Deletes export files older than EXPORT_RETENTION_DAYS (tasks_authoring/services/export_jobs.py).
+    "tasks-authoring-export-jobs-expire": {
+        "task": "tasks_authoring.export_jobs_expire",
+        "schedule": 3600.0,
+        "options": {"expires": 3600.0},
+    },
+    "runs-trace-exports-expire": {
+        "task": "runs.trace_exports_expire",
+        "schedule": 3600.0,
+        "options": {"expires": 3600.0},
     },
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celery" / "beat-schedule")

@@ -7,10 +7,11 @@ parameters and what is exported is exactly what the list shows.
 from __future__ import annotations
 
 from django import forms
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
-from django.http import FileResponse, Http404, HttpRequest, HttpResponse
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseGone
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -29,10 +30,10 @@ from runs.services.trace_exports import (
 from runs.views.access import _require_run_reader
 from tasks_authoring.errors import AuthoringError
 from tasks_authoring.models import ExportStatus
+from tasks_authoring.services.export_jobs import export_expired_message
 from webapp.roles import Role, require_role
 
 EXPORTS_PAGE = 50
-FINISHED = (ExportStatus.DONE, ExportStatus.FAILED)
 
 
 def _get_trace_export_for_user(request: HttpRequest, pk: int) -> TraceExport:
@@ -45,10 +46,6 @@ def _get_trace_export_for_user(request: HttpRequest, pk: int) -> TraceExport:
 
 def _filename(export: TraceExport) -> str:
     return export.file.name.rsplit("/", 1)[-1] if export.file else ""
-
-
-def _percent(export: TraceExport) -> int:
-    return round(100 * export.done / export.total) if export.total else 0
 
 
 @login_required
@@ -75,8 +72,6 @@ def trace_export_list(request: HttpRequest) -> HttpResponse:
     if not is_admin(request.user):
         exports = exports.filter(owner=request.user)
     page = Paginator(exports.order_by("-created_at", "-pk"), EXPORTS_PAGE).get_page(request.GET.get("page"))
-    for export in page.object_list:
-        export.percent = _percent(export)
     return render(request, "runs/exports/list.html", {"page": page, "show_owner": is_admin(request.user)})
 
 
@@ -87,8 +82,9 @@ def trace_export_detail(request: HttpRequest, pk: int) -> HttpResponse:
     export = _get_trace_export_for_user(request, pk)
     context = {
         "export": export,
-        "percent": _percent(export),
-        "finished": export.status in FINISHED,
+        "percent": export.percent,
+        "finished": export.is_finished,
+        "retention_days": settings.EXPORT_RETENTION_DAYS,
         "filename": _filename(export),
     }
     if request.htmx:
@@ -101,6 +97,8 @@ def trace_export_detail(request: HttpRequest, pk: int) -> HttpResponse:
 @require_GET
 def trace_export_download(request: HttpRequest, pk: int) -> FileResponse:
     export = _get_trace_export_for_user(request, pk)
+    if export.status == ExportStatus.EXPIRED:
+        return HttpResponseGone(export_expired_message(export))
     if export.status != ExportStatus.DONE or not export.file:
         raise Http404("This export has no file")
     return FileResponse(

@@ -2,20 +2,25 @@
 
 The worker calls the bundle export service and counts each task folder it writes, so the page can show
 progress; the finished zip moves into storage, where only the job's owner (or an admin) downloads it.
+Files are kept EXPORT_RETENTION_DAYS after they were written, then deleted by `exports_expire` (Celery
+beat, for these and for the runs app's trace exports); the row stays, marked expired.
 """
 
 from __future__ import annotations
 
 import logging
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.core.files import File
+from django.core.files.storage import default_storage
 from django.db import transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
 from ..bundles import bundle_export, task_set_export
 from ..errors import AuthoringError, NotAllowed
-from ..models import ExportJob, ExportStatus, TaskSet, TaskVersion, VersionState
+from ..models import ExportJob, ExportProgress, ExportStatus, TaskSet, TaskVersion, VersionState
 from ..permissions import can_view_task, can_view_task_sets
 
 logger = logging.getLogger(__name__)
@@ -108,3 +113,36 @@ def export_job_run(*, export_job_id: int) -> ExportJob | None:
         )
     job.refresh_from_db()
     return job
+
+
+EXPIRE_BATCH = 500
+
+
+def exports_expire(model: type[ExportProgress], *, now: datetime | None = None) -> int:
+    """Deletes the files of `model`'s exports that finished more than EXPORT_RETENTION_DAYS ago and marks
+    them expired; returns how many. 0 days keeps every file. Each row is marked before its file is
+    deleted, so a crash in between leaves an orphan file, never a "done" export without its file."""
+    days = settings.EXPORT_RETENTION_DAYS
+    if days <= 0:
+        return 0
+    cutoff = (now or timezone.now()) - timedelta(days=days)
+    stale = model.objects.filter(status=ExportStatus.DONE, finished_at__lt=cutoff).order_by("pk")
+    expired = 0
+    while batch := list(stale.values_list("pk", "file")[:EXPIRE_BATCH]):
+        pks = [pk for pk, _ in batch]
+        model.objects.filter(pk__in=pks, status=ExportStatus.DONE).update(
+            status=ExportStatus.EXPIRED, file=""
+        )
+        for _, name in batch:
+            if name:
+                default_storage.delete(name)
+        expired += len(batch)
+    return expired
+
+
+def export_expired_message(export: ExportProgress) -> str:
+    written = f" written {export.finished_at:%Y-%m-%d %H:%M}" if export.finished_at else ""
+    return (
+        f"This export's file{written} was deleted: files are kept {settings.EXPORT_RETENTION_DAYS} days "
+        "(EXPORT_RETENTION_DAYS). Export again for a fresh one."
+    )

@@ -5,9 +5,10 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import FileResponse, Http404, HttpRequest, HttpResponse
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, HttpResponseGone
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -17,6 +18,7 @@ from tasks_authoring import services
 from tasks_authoring.errors import AuthoringError
 from tasks_authoring.forms import ImportForm
 from tasks_authoring.models import ExportStatus
+from tasks_authoring.services.export_jobs import export_expired_message
 from tasks_authoring.views.access import (
     _get_export_job_for_user,
     _get_task_for_user,
@@ -61,7 +63,7 @@ def task_set_export(request: HttpRequest, pk: int) -> HttpResponse:
 def export_job_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """The job's page; htmx polls its progress partial, and 286 stops the polling once it has finished."""
     job = _get_export_job_for_user(request, pk)
-    context = {"job": job}
+    context = {"job": job, "retention_days": settings.EXPORT_RETENTION_DAYS}
     if request.htmx:
         response = render(request, "tasks_authoring/export_job.html#progress", context)
         return HttpResponseStopPolling(response.content) if job.is_finished else response
@@ -72,6 +74,8 @@ def export_job_detail(request: HttpRequest, pk: int) -> HttpResponse:
 @require_GET
 def export_job_download(request: HttpRequest, pk: int) -> FileResponse:
     job = _get_export_job_for_user(request, pk)
+    if job.status == ExportStatus.EXPIRED:
+        return HttpResponseGone(export_expired_message(job))
     if job.status != ExportStatus.DONE or not job.file:
         raise Http404("This export has no file")
     return FileResponse(

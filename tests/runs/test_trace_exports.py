@@ -6,9 +6,12 @@ import csv
 import io
 import json
 import time
+from datetime import timedelta
 
 import pytest
+from django.core.files.storage import default_storage
 from django.urls import reverse
+from django.utils import timezone
 
 from rl_engine.atif import AtifTrajectory
 from rl_engine.trace import RolloutRecord
@@ -22,6 +25,7 @@ from runs.services.trace_exports import (
     trace_export_run,
     write_rollouts_jsonl,
 )
+from runs.tasks import trace_exports_expire
 from tests.runs.factories import add_steps
 from tests.runs.trace_helpers import ingest, make_world
 
@@ -317,3 +321,22 @@ def test_the_description_of_a_run_filter_names_the_run_not_yes():
     from runs.services.trace_exports import describe_filters
 
     assert describe_filters({"run": 1, "passed": True, "final": False}) == "run 1, passed yes, final no"
+
+
+def test_an_expired_export_is_gone_from_the_page_and_the_api(world, client, reviewer, settings):
+    settings.EXPORT_RETENTION_DAYS = 7
+    export = _export(reviewer, "jsonl", {"outcome": "harness_error"})
+    TraceExport.objects.filter(pk=export.pk).update(finished_at=timezone.now() - timedelta(days=8))
+    stored = export.file.name
+    assert trace_exports_expire() == 1
+    export.refresh_from_db()
+    assert (export.status, export.file.name) == ("expired", "")
+    assert not default_storage.exists(stored)
+
+    client.force_login(reviewer)
+    page = client.get(reverse("runs:trace_export", args=[export.pk])).content.decode()
+    assert "its file has expired" in page and "Download" not in page
+    assert client.get(reverse("runs:trace_export_download", args=[export.pk])).status_code == 410
+    api = client.get(f"/api/trace-exports/{export.pk}/download")
+    assert api.status_code == 410 and "EXPORT_RETENTION_DAYS" in api.json()["detail"]
+    assert client.get(f"/api/trace-exports/{export.pk}").json()["download_url"] is None

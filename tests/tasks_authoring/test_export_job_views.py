@@ -123,3 +123,16 @@ def test_only_the_owner_and_admins_open_a_job(client, job, expert, reviewer, adm
     client.force_login(admin_user)
     assert client.get(_page(job)).status_code == 200
     assert client.get(_download(job)).status_code == 200
+
+
+def test_an_expired_export_says_so_stops_polling_and_its_download_is_gone(client, job, researcher, settings):
+    settings.EXPORT_RETENTION_DAYS = 7
+    ExportJob.objects.filter(pk=job.pk).update(status="expired", finished_at="2026-11-01T10:00:00Z")
+    client.force_login(researcher)
+
+    page = client.get(_page(job)).content.decode()
+    assert "The file was deleted: exports are kept 7 days" in page and "every 2s" not in page
+    assert client.get(_page(job), **HTMX).status_code == 286
+    response = client.get(_download(job))
+    assert response.status_code == 410
+    assert b"was deleted: files are kept 7 days (EXPORT_RETENTION_DAYS)" in response.content

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import zipfile
+from datetime import timedelta
+from pathlib import Path
 
 import pytest
+from django.utils import timezone
 
 from rl_engine.bundle import load_bundle
 from tasks_authoring import services
 from tasks_authoring.errors import AuthoringError, NotAllowed
 from tasks_authoring.models import ExportJob
+from tasks_authoring.tasks import export_jobs_expire
 from tests.tasks_authoring.web_helpers import approved_task, draft_task
 
 pytestmark = pytest.mark.django_db
@@ -105,3 +109,55 @@ def test_someone_who_cannot_see_the_task_or_the_set_cannot_export_it(expert, rev
     with pytest.raises(NotAllowed, match="only researchers, reviewers and admins export task sets"):
         services.export_job_create(user=expert, task_set=task_set)
     assert not ExportJob.objects.exists()
+
+
+def _finished(job: ExportJob, *, days_ago: float) -> ExportJob:
+    ExportJob.objects.filter(pk=job.pk).update(finished_at=timezone.now() - timedelta(days=days_ago))
+    job.refresh_from_db()
+    return job
+
+
+def test_files_older_than_the_retention_are_deleted_and_their_jobs_marked_expired(
+    expert, reviewer, researcher, settings
+):
+    settings.EXPORT_RETENTION_DAYS = 7
+    task = approved_task(expert, reviewer)
+    old = services.export_job_run(
+        export_job_id=services.export_job_create(user=researcher, version=task.latest_version).pk
+    )
+    recent = services.export_job_run(
+        export_job_id=services.export_job_create(user=researcher, version=task.latest_version).pk
+    )
+    old_path, recent_path = Path(old.file.path), Path(recent.file.path)
+    _finished(old, days_ago=8)
+    _finished(recent, days_ago=6)
+    failed = ExportJob.objects.create(
+        owner=researcher,
+        label="x",
+        filename="x.zip",
+        status="failed",
+        error="boom",
+        finished_at=old.finished_at,
+    )
+
+    assert export_jobs_expire() == 1
+
+    old.refresh_from_db()
+    recent.refresh_from_db()
+    assert (old.status, old.file.name) == ("expired", "") and not old_path.exists()
+    assert recent.status == "done" and recent_path.exists()
+    assert ExportJob.objects.get(pk=failed.pk).status == "failed"
+    assert old.is_finished
+    assert export_jobs_expire() == 0  # nothing left to expire
+
+
+def test_a_retention_of_zero_days_keeps_every_file(expert, reviewer, researcher, settings):
+    settings.EXPORT_RETENTION_DAYS = 0
+    task = approved_task(expert, reviewer)
+    job = services.export_job_run(
+        export_job_id=services.export_job_create(user=researcher, version=task.latest_version).pk
+    )
+    _finished(job, days_ago=365)
+    assert export_jobs_expire() == 0
+    job.refresh_from_db()
+    assert job.status == "done" and Path(job.file.path).exists()
