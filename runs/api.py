@@ -116,7 +116,7 @@ class RunDetailOut(RunOut):
 class RunFilters(Schema):
     status: RunStatus | None = None
     kind: RunKind | None = None
-    task_set: int | None = None
+    task_set: int | None = Field(None, ge=1, le=2**63 - 1)
 
 
 class LaunchIn(Schema):

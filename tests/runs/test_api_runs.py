@@ -282,6 +282,16 @@ def test_metrics_come_as_one_series_per_numeric_metric(reviewer, run_with_rollou
     assert client.get(f"/api/runs/{run_with_rollouts.pk}/metrics?split=eval").json()["steps"] == []
 
 
+def test_the_run_list_filters_by_task_set_and_refuses_an_id_no_database_holds(reviewer, run_with_rollouts):
+    client = _as(reviewer)
+    mine = client.get("/api/runs", {"task_set": run_with_rollouts.task_set_id}).json()
+    assert [run["id"] for run in mine["items"]] == [run_with_rollouts.pk]
+    for bad in (0, 2**63, 10**30):  # found by schemathesis: 10**30 overflowed the database's integer
+        response = client.get("/api/runs", {"task_set": bad})
+        assert response.status_code == 422, bad
+        assert "task_set" in str(response.json()["detail"])
+
+
 def test_rollouts_filter_on_their_columns_and_paginate(reviewer, run_with_rollouts):
     client = _as(reviewer)
     url = f"/api/runs/{run_with_rollouts.pk}/rollouts"
