@@ -130,7 +130,7 @@ class ExportOut(Schema):
 
     @staticmethod
     def resolve_download_url(export: TraceExport) -> str | None:
-        if export.status != ExportStatus.DONE or not export.file:
+        if not export.has_file:
             return None
         return reverse("api:trace_export_download", args=[export.pk])
 
@@ -263,7 +263,7 @@ def export_download(request: HttpRequest, export_id: int):
     export = _export(request, export_id)
     if export.status == ExportStatus.EXPIRED:
         raise HttpError(410, export_expired_message(export))
-    if export.status != ExportStatus.DONE or not export.file:
+    if not export.has_file:
         raise Http404("This export has no file yet")
     return FileResponse(
         export.file.open("rb"),

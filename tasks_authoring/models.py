@@ -304,6 +304,11 @@ class ExportProgress(models.Model):
         return self.status in FINISHED_EXPORT_STATUSES
 
     @property
+    def has_file(self) -> bool:
+        """Done, and its file is there to download (each concrete export declares `file`)."""
+        return self.status == ExportStatus.DONE and bool(self.file)
+
+    @property
     def percent(self) -> int:
         return round(100 * self.done / self.total) if self.total else 0
 

@@ -99,7 +99,7 @@ def trace_export_download(request: HttpRequest, pk: int) -> FileResponse:
     export = _get_trace_export_for_user(request, pk)
     if export.status == ExportStatus.EXPIRED:
         return HttpResponseGone(export_expired_message(export))
-    if export.status != ExportStatus.DONE or not export.file:
+    if not export.has_file:
         raise Http404("This export has no file")
     return FileResponse(
         export.file.open("rb"),

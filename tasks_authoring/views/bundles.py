@@ -76,7 +76,7 @@ def export_job_download(request: HttpRequest, pk: int) -> FileResponse:
     job = _get_export_job_for_user(request, pk)
     if job.status == ExportStatus.EXPIRED:
         return HttpResponseGone(export_expired_message(job))
-    if job.status != ExportStatus.DONE or not job.file:
+    if not job.has_file:
         raise Http404("This export has no file")
     return FileResponse(
         job.file.open("rb"), as_attachment=True, filename=job.filename, content_type="application/zip"
